@@ -1,0 +1,275 @@
+"""The RFC-0050 allowlist YAML: parse and validate a whole file, diff it against the database, apply, export.
+
+The format (as the reference deployment reads it)::
+
+    L1:
+      - org1/repo1                   # plain entry
+      - org2/repo2: oncall1, oncall2 # single-key mapping, comma-separated on-calls
+    L3:                              # grouped by device
+      npu:
+        ascend/pytorch-npu: [oncall1, oncall2]
+    L4:
+      - org5/repo5: oncall1, oncall2
+
+Unlike the reference we refuse what it silently ignores (unknown top-level keys such as ``l1``)
+and compare repositories ignoring case, as GitHub does.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+from django.db import transaction
+
+from ootci.levels import ORDER, Level
+from ootci.models import REPO_PATTERN, Backend, LevelChange
+
+SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
+
+
+class AllowlistError(ValueError):
+    """The file is not a valid allowlist; ``problems`` lists every problem with its line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Entry:
+    repo: str
+    level: str
+    device: str = ""
+    oncalls: tuple[str, ...] = ()
+    line: int = 0
+
+
+@dataclass
+class Plan:
+    """What applying a file would change; ``lines`` is the human-readable diff."""
+
+    create: list[Entry] = field(default_factory=list)
+    update: list[tuple[Backend, Entry]] = field(default_factory=list)
+    disable: list[Backend] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create or self.update or self.disable)
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _scalar(node: yaml.Node) -> str | None:
+    return str(node.value).strip() if isinstance(node, yaml.ScalarNode) else None
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null")
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.entries: list[Entry] = []
+
+    def fail(self, node: yaml.Node, message: str) -> None:
+        self.problems.append(f"line {_line(node)}: {message}")
+
+    def repo(self, node: yaml.Node, where: str) -> str | None:
+        text = _scalar(node)
+        if text is None:
+            self.fail(node, f"{where}: expected a repository name as org/name")
+            return None
+        repo = text.strip("/")
+        if not REPO_PATTERN.match(repo):
+            self.fail(node, f"{where}: {text!r} is not a repository name of the form org/name")
+            return None
+        return repo
+
+    def oncalls(self, node: yaml.Node, repo: str) -> tuple[str, ...]:
+        if _is_null(node):
+            return ()
+        if isinstance(node, yaml.ScalarNode):
+            items = str(node.value).split(",")
+        elif isinstance(node, yaml.SequenceNode) and all(isinstance(n, yaml.ScalarNode) for n in node.value):
+            items = [str(n.value) for n in node.value if not _is_null(n)]
+        else:
+            self.fail(node, f"{repo}: on-calls must be a comma-separated string or a list of GitHub handles")
+            return ()
+        handles = tuple(h.strip().lstrip("@") for h in items if h.strip())
+        for handle in handles:
+            if not HANDLE.match(handle):
+                self.fail(node, f"{repo}: {handle!r} is not a GitHub handle")
+        return handles
+
+    def listed_level(self, level: str, node: yaml.Node) -> None:
+        if _is_null(node):
+            return
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, f"{level} must be a list of org/name entries")
+            return
+        for i, item in enumerate(node.value):
+            where = f"{level}[{i}]"
+            if isinstance(item, yaml.MappingNode):
+                if len(item.value) != 1:
+                    self.fail(item, f"{where}: a mapping entry must have exactly one key, org/name: on-calls")
+                    continue
+                key, value = item.value[0]
+                repo = self.repo(key, where)
+                if repo:
+                    self.add(Entry(repo, level, oncalls=self.oncalls(value, repo), line=_line(item)))
+            else:
+                repo = self.repo(item, where)
+                if repo:
+                    self.add(Entry(repo, level, line=_line(item)))
+
+    def device_level(self, level: str, node: yaml.Node) -> None:
+        if _is_null(node):
+            return
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, f"{level} must be a mapping of device → {{org/name: [on-calls]}}")
+            return
+        for device_node, repos in node.value:
+            device = _scalar(device_node) or ""
+            if not SLUG.match(device):
+                self.fail(device_node, f"{level}: device {device!r} must be a slug (letters, digits, - and _)")
+                continue
+            if _is_null(repos):
+                continue
+            if not isinstance(repos, yaml.MappingNode):
+                self.fail(repos, f"{level}.{device} must be a mapping of org/name: [on-calls]")
+                continue
+            for key, value in repos.value:
+                repo = self.repo(key, f"{level}.{device}")
+                if repo:
+                    self.add(Entry(repo, level, device, self.oncalls(value, repo), _line(key)))
+
+    def add(self, entry: Entry) -> None:
+        for seen in self.entries:
+            if seen.repo.lower() == entry.repo.lower():
+                self.problems.append(
+                    f"line {entry.line}: duplicate repo {entry.repo} ({entry.level}); "
+                    f"already listed on line {seen.line} ({seen.level})"
+                )
+                return
+        self.entries.append(entry)
+
+
+def parse(text: str) -> list[Entry]:
+    """Every entry of an allowlist file, or AllowlistError listing every problem found."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise AllowlistError([f"not valid YAML: {exc}"]) from exc
+    if root is None or _is_null(root):
+        return []
+    if not isinstance(root, yaml.MappingNode):
+        raise AllowlistError([f"line {_line(root)}: the top level must be a mapping of L1, L2, L3, L4"])
+    parser = _Parser()
+    for key, value in root.value:
+        level = _scalar(key)
+        if level not in ORDER:
+            parser.fail(key, f"unknown level {level!r}: the keys are L1, L2, L3 and L4 (case matters)")
+        elif level == Level.L3:
+            parser.device_level(level, value)
+        else:
+            parser.listed_level(level, value)
+    if parser.problems:
+        raise AllowlistError(parser.problems)
+    return parser.entries
+
+
+def plan(entries: list[Entry]) -> Plan:
+    """Compare a parsed file with the database. Fields the format cannot express are left alone."""
+    result = Plan()
+    existing = {b.repo.lower(): b for b in Backend.objects.all()}
+    for entry in entries:
+        backend = existing.pop(entry.repo.lower(), None)
+        if backend is None:
+            result.create.append(entry)
+            device = f" device {entry.device}" if entry.device else ""
+            result.lines.append(f"+ {entry.repo}: add at {entry.level}{device}")
+            continue
+        changes = []
+        if backend.level != entry.level:
+            changes.append(f"level {backend.level} → {entry.level}")
+        if entry.device and backend.device != entry.device:
+            changes.append(f"device {backend.device or '—'} → {entry.device}")
+        if list(entry.oncalls) != list(backend.oncalls):
+            changes.append(f"on-calls {', '.join(backend.oncalls) or '—'} → {', '.join(entry.oncalls) or '—'}")
+        if not backend.enabled:
+            changes.append("enable")
+        if changes:
+            result.update.append((backend, entry))
+            result.lines.append(f"~ {backend.repo}: {'; '.join(changes)}")
+    for backend in existing.values():
+        if backend.enabled:
+            result.disable.append(backend)
+            result.lines.append(f"- {backend.repo}: disable (not in the file)")
+    return result
+
+
+def apply(changes: Plan, *, actor: str, reason: str) -> None:
+    """Write a plan in one transaction, with a LevelChange for every new backend and level move."""
+    with transaction.atomic():
+        for entry in changes.create:
+            backend = Backend.objects.create(
+                repo=entry.repo, level=entry.level, device=entry.device, oncalls=list(entry.oncalls)
+            )
+            LevelChange.objects.create(backend=backend, to_level=entry.level, actor=actor, reason=reason)
+        for backend, entry in changes.update:
+            backend.device = entry.device or backend.device
+            backend.oncalls = list(entry.oncalls)
+            backend.enabled = True
+            backend.save(update_fields=["device", "oncalls", "enabled", "updated_at"])
+            backend.change_level(entry.level, actor=actor, reason=reason)
+        for backend in changes.disable:
+            backend.enabled = False
+            backend.save(update_fields=["enabled", "updated_at"])
+
+
+def export_data() -> dict:
+    """The enabled allowlist as the RFC structure (plain dicts and lists, ready for YAML or JSON)."""
+    data: dict = {level: [] for level in ORDER}
+    data[Level.L3] = {}
+    for backend in Backend.objects.filter(enabled=True).order_by("level", "repo"):
+        if backend.level == Level.L3:
+            data[Level.L3].setdefault(backend.device, {})[backend.repo] = list(backend.oncalls)
+        elif backend.oncalls:
+            data[backend.level].append({backend.repo: ", ".join(backend.oncalls)})
+        else:
+            data[backend.level].append(backend.repo)
+    data[Level.L3] = dict(sorted(data[Level.L3].items()))
+    return data
+
+
+def export_yaml() -> str:
+    """The allowlist in the RFC's own layout (block entries, `org/name: a, b` on-calls, L3 by device).
+
+    Written by hand rather than by yaml.dump, whose flow mappings (`- {org/name: a}`) read badly;
+    every name was validated against a pattern that needs no quoting.
+    """
+    data = export_data()
+    lines = []
+    for level in ORDER:
+        entries = data[level]
+        if not entries:
+            lines.append(f"{level}: {{}}" if level == Level.L3 else f"{level}: []")
+            continue
+        lines.append(f"{level}:")
+        if level == Level.L3:
+            for device, repos in entries.items():
+                lines.append(f"  {device}:")
+                lines += [f"    {repo}: [{', '.join(oncalls)}]" for repo, oncalls in repos.items()]
+            continue
+        for entry in entries:
+            if isinstance(entry, dict):
+                ((repo, oncalls),) = entry.items()
+                lines.append(f"  - {repo}: {oncalls}")
+            else:
+                lines.append(f"  - {entry}")
+    return "\n".join(lines) + "\n"

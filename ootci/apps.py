@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OotciConfig(AppConfig):
+    name = "ootci"
+    verbose_name = "Allowlist"

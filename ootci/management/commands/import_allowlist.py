@@ -1,0 +1,42 @@
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ootci import allowlist
+
+
+class Command(BaseCommand):
+    stealth_options = ("stdin",)
+    help = "Import an RFC-0050 allowlist YAML file: validate it whole, show the diff, apply it in one transaction."
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", help="Allowlist YAML file, or - for standard input")
+        parser.add_argument("--dry-run", action="store_true", help="Print what would change and write nothing")
+        parser.add_argument("--reason", default="", help="Recorded on every level change")
+
+    def handle(self, *args, path: str, dry_run: bool, reason: str, **options):
+        if path == "-":
+            text = options.get("stdin", sys.stdin).read()
+        else:
+            try:
+                text = Path(path).read_text()
+            except OSError as exc:
+                raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+        try:
+            entries = allowlist.parse(text)
+        except allowlist.AllowlistError as exc:
+            problems = "\n  ".join(exc.problems)
+            raise CommandError(f"{path} is not a valid allowlist; nothing was changed:\n  {problems}") from None
+        plan = allowlist.plan(entries)
+        for line in plan.lines:
+            self.stdout.write(line)
+        if plan.empty:
+            self.stdout.write(f"{path}: {len(entries)} backends, the database already matches.")
+            return
+        summary = f"{len(plan.create)} to add, {len(plan.update)} to change, {len(plan.disable)} to disable"
+        if dry_run:
+            self.stdout.write(f"Dry run: {summary}. Nothing was written.")
+            return
+        allowlist.apply(plan, actor="import_allowlist", reason=reason or f"imported from {path}")
+        self.stdout.write(self.style.SUCCESS(f"Applied: {summary}."))

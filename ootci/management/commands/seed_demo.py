@@ -1,0 +1,346 @@
+"""A realistic, deterministic demo data set, so every page has something true to show.
+
+Running it again replaces the demo rows (all keyed ``demo-…``) with a fresh copy relative to now:
+the row counts and the allowlist stay the same, and nothing outside the demo rows is touched.
+"""
+
+import hashlib
+import random
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from ootci.models import (
+    Backend,
+    CallbackRejection,
+    Delivery,
+    Dispatch,
+    JobResult,
+    LevelChange,
+    PullRequest,
+)
+
+# repo, level, device, on-calls, (workflow, [jobs]), failure rate, infra rate, median queue seconds
+BACKENDS = [
+    (
+        "ascend/pytorch-npu",
+        "L4",
+        "npu",
+        ["ascend-ci", "npu-oncall"],
+        ("npu-ci", ["build", "test-ops", "test-nn"]),
+        0.06,
+        0.02,
+        90,
+    ),
+    ("intel/torch-xpu-ops", "L4", "xpu", ["xpu-oncall"], ("xpu", ["build", "ut-ops", "ut-inductor"]), 0.09, 0.03, 240),
+    ("apple/mps-ci", "L3", "mps", ["mps-oncall"], ("mps", ["test-mps"]), 0.12, 0.05, 60),
+    ("riscv/pytorch-rvv", "L3", "rvv", ["rvv-maint"], ("rvv", ["cross-build", "qemu-smoke"]), 0.18, 0.10, 600),
+    ("amd/rocm-oot", "L3", "rocm", ["rocm-ci"], ("rocm", ["build", "test-default"]), 0.08, 0.04, 300),
+    ("cambricon/torch-mlu", "L2", "mlu", ["mlu-team"], ("mlu-ci", ["build", "test"]), 0.22, 0.08, 420),
+    ("metax/torch-maca", "L2", "maca", [], ("maca", ["test"]), 0.15, 0.20, 900),
+    ("iluvatar/torch-corex", "L2", "corex", ["corex-ci"], ("corex", ["build", "unit"]), 0.30, 0.06, 180),
+    ("deepx/pytorch-dx", "L2", "", [], ("ci", ["smoke"]), 0.05, 0.01, 45),
+    ("openxla/torch-tpu-oot", "L1", "tpu", [], ("tpu", ["build"]), 0.10, 0.10, 120),
+    ("sophgo/torch-tpu", "L1", "", [], ("ci", ["build"]), 0.25, 0.15, 200),
+    ("example/hello-backend", "L1", "", ["octocat"], ("hello", ["hello"]), 0.02, 0.02, 30),
+]
+TESTS = [
+    "test/test_ops.py::TestCommonPRIVATEUSE1::test_out_add_float32",
+    "test/test_nn.py::TestNNDeviceTypePRIVATEUSE1::test_conv2d_same_padding",
+    "test/test_torch.py::TestTorchDeviceTypePRIVATEUSE1::test_index_copy",
+    "test/test_autograd.py::TestAutogradDeviceTypePRIVATEUSE1::test_grad_mode",
+    "test/inductor/test_torchinductor.py::GPUTests::test_softmax_one_kernel",
+    "test/test_linalg.py::TestLinalgPRIVATEUSE1::test_matmul_small_brute_force_1d_Nd",
+]
+TITLES = [
+    "Fix {} for non-contiguous inputs",
+    "[inductor] Fuse {} into reductions",
+    "Add {} support for bfloat16",
+    "Speed up {} on channels_last",
+    "[dynamo] Guard on {} shape",
+    "Deprecate legacy {} path",
+]
+OPS = ["index_put", "scatter_add", "layer_norm", "conv2d", "softmax", "cumsum", "topk", "embedding_bag"]
+AUTHORS = ["alice", "bob", "chen", "dmitri", "eun-ji", "farah", "gianni", "hana"]
+PR_COUNT = 220
+DAYS = 30
+
+
+def sha(*parts) -> str:
+    return hashlib.sha1("/".join(map(str, parts)).encode()).hexdigest()
+
+
+class Command(BaseCommand):
+    help = "Load the demo data set: a dozen backends, a few hundred PRs and 30 days of job results."
+
+    def handle(self, *args, **options):
+        self.rng = random.Random(54)
+        self.now = timezone.now().replace(microsecond=0)
+        self.upstream = settings.UPSTREAM_REPO
+        self.run_id = 7_000_000_000
+        with transaction.atomic():
+            self.clear()
+            backends = self.backends()
+            self.jobs, self.dispatches = [], []
+            self.pull_requests(backends)
+            self.pushes_and_nightlies(backends)
+            Dispatch.objects.bulk_create(self.dispatches, batch_size=2000)
+            JobResult.objects.bulk_create(self.jobs, batch_size=2000)
+            self.rejections()
+        self.stdout.write(
+            f"Demo data: {len(backends)} backends, "
+            f"{PullRequest.objects.filter(title__startswith='[demo]').count()} PRs, "
+            f"{Delivery.objects.filter(delivery_id__startswith='demo-').count()} deliveries, "
+            f"{len(self.dispatches)} dispatches, {len(self.jobs)} job results."
+        )
+
+    def clear(self) -> None:
+        JobResult.objects.filter(delivery_id__startswith="demo-").delete()
+        Delivery.objects.filter(delivery_id__startswith="demo-").delete()
+        PullRequest.objects.filter(title__startswith="[demo]").delete()
+        CallbackRejection.objects.filter(detail__startswith="[demo]").delete()
+
+    def backends(self) -> dict[str, tuple[Backend, tuple]]:
+        result = {}
+        for repo, level, device, oncalls, jobs, fail, infra, queue in BACKENDS:
+            backend, created = Backend.objects.get_or_create(
+                repo__iexact=repo,
+                defaults={
+                    "repo": repo,
+                    "level": level,
+                    "device": device,
+                    "oncalls": oncalls,
+                    "notes": "Demo backend from seed_demo.",
+                },
+            )
+            if created:
+                LevelChange.objects.create(
+                    backend=backend,
+                    to_level=level,
+                    actor="seed_demo",
+                    reason="demo data",
+                    changed_at=self.now - timedelta(days=DAYS + 10),
+                )
+            result[repo] = (backend, (jobs, fail, infra, queue))
+        return result
+
+    def pull_requests(self, backends) -> None:
+        rng = self.rng
+        for i in range(PR_COUNT):
+            number = 160_000 + i
+            opened = self.now - timedelta(days=DAYS) + timedelta(seconds=i * DAYS * 86400 / PR_COUNT)
+            labels = [f"ciflow/oot/{d}" for d in ("mps", "rvv", "rocm") if rng.random() < 0.25]
+            recent = opened > self.now - timedelta(days=3)
+            state = PullRequest.State.OPEN if recent or rng.random() < 0.3 else rng.choice(["closed", "merged"])
+            title = rng.choice(TITLES).format(rng.choice(OPS))
+            pr = PullRequest.objects.create(
+                upstream_repo=self.upstream,
+                number=number,
+                title=f"[demo] {title}",
+                author=rng.choice(AUTHORS),
+                labels=labels,
+                state=state,
+                html_url=f"https://github.com/{self.upstream}/pull/{number}",
+                created_at=opened,
+                updated_at=opened,
+            )
+            pushes = 1 + (rng.random() < 0.4) + (rng.random() < 0.15)
+            for attempt in range(pushes):
+                at = min(opened + timedelta(hours=attempt * rng.uniform(2, 20)), self.now - timedelta(minutes=5))
+                head = sha("pr", number, attempt)
+                action = "opened" if attempt == 0 else "synchronize"
+                delivery = Delivery.objects.create(
+                    delivery_id=f"demo-pr-{number}-{attempt}",
+                    event="pull_request",
+                    action=action,
+                    upstream_repo=self.upstream,
+                    head_sha=head,
+                    pull_request=pr,
+                    received_at=at,
+                    payload={"action": action, "number": number, "pull_request": {"head": {"sha": head}}},
+                )
+                pr.head_sha = head
+                self.fan_out(delivery, backends, labels, "pull_request", number, head, at)
+            pr.save(update_fields=["head_sha"])
+
+    def pushes_and_nightlies(self, backends) -> None:
+        for day in range(DAYS):
+            at = self.now - timedelta(days=DAYS - day) + timedelta(hours=3)
+            head = sha("main", day)
+            delivery = Delivery.objects.create(
+                delivery_id=f"demo-push-{day}",
+                event="push",
+                upstream_repo=self.upstream,
+                head_sha=head,
+                ref="refs/heads/main",
+                received_at=at,
+                payload={"ref": "refs/heads/main", "after": head},
+            )
+            self.fan_out(delivery, backends, [], "push", None, head, at)
+            for backend, (_, fail, infra, _) in backends.values():
+                if backend.level != "L1" and self.rng.random() < 0.8:
+                    self.job(
+                        backend,
+                        None,
+                        f"demo-{head}",
+                        "nightly",
+                        None,
+                        head,
+                        ("nightly", "full-suite"),
+                        1,
+                        at + timedelta(hours=20),
+                        0,
+                        fail * 1.5,
+                        infra,
+                    )
+
+    def fan_out(self, delivery, backends, labels, event, pr_number, head, at) -> None:
+        rng = self.rng
+        age = self.now - at
+        for backend, (jobs, fail, infra, queue) in backends.values():
+            wanted = backend.level == "L4" or (backend.level == "L3" and f"ciflow/oot/{backend.device}" in labels)
+            lost = age > timedelta(hours=8) and rng.random() < infra / 4
+            pending = age < timedelta(minutes=20) and rng.random() < 0.5
+            dispatch = Dispatch(
+                delivery=delivery,
+                backend=backend,
+                created_at=at,
+                check_run_wanted=wanted and event == "pull_request",
+                status=Dispatch.Status.FAILED if lost and rng.random() < 0.3 else Dispatch.Status.SENT,
+                attempts=1,
+                sent_at=at + timedelta(seconds=rng.uniform(0.2, 2)),
+            )
+            if dispatch.status == Dispatch.Status.FAILED:
+                dispatch.sent_at, dispatch.attempts = None, 5
+                dispatch.last_error = "422 Unprocessable Entity: the GitHub App is not installed on this repository"
+            self.dispatches.append(dispatch)
+            if lost or pending or backend.level == "L1":
+                continue
+            workflow, names = jobs
+            for name in names:
+                self.job(
+                    backend,
+                    dispatch,
+                    delivery.delivery_id,
+                    event,
+                    pr_number,
+                    head,
+                    (workflow, name),
+                    1,
+                    dispatch.sent_at,
+                    queue,
+                    fail,
+                    infra,
+                    wanted,
+                )
+
+    def job(
+        self,
+        backend,
+        dispatch,
+        delivery_id,
+        event,
+        pr_number,
+        head,
+        names,
+        attempt,
+        sent_at,
+        queue,
+        fail,
+        infra,
+        wanted=False,
+        run_id: str = "",
+    ) -> None:
+        rng = self.rng
+        if not run_id:
+            self.run_id += rng.randint(1, 40)
+            run_id = str(self.run_id)
+        queued = rng.lognormvariate(0, 0.6) * queue if attempt == 1 and queue else None
+        started = sent_at + timedelta(seconds=queued or rng.uniform(5, 30))
+        duration = rng.lognormvariate(0, 0.3) * {"build": 1500, "nightly": 7200}.get(names[0], 2400)
+        completed = started + timedelta(seconds=duration)
+        roll = rng.random()
+        if completed > self.now:
+            conclusion = ""
+        elif roll < fail:
+            conclusion = "failure"
+        elif roll < fail + infra:
+            conclusion = rng.choice(["failure", "cancelled", "timed_out", "cancelled"])
+        elif roll < fail + infra + 0.02:
+            conclusion = "skipped"
+        else:
+            conclusion = "success"
+        failed_tests = rng.sample(TESTS, rng.randint(1, 3)) if conclusion == "failure" and roll < fail else []
+        passed = None if conclusion in ("", "skipped", "cancelled") else rng.randint(3000, 9000)
+        self.jobs.append(
+            JobResult(
+                backend=backend,
+                dispatch=dispatch,
+                delivery_id=delivery_id,
+                event_type=event,
+                upstream_repo=self.upstream,
+                pr_number=pr_number,
+                head_sha=head,
+                workflow_name=names[0],
+                job_name=names[1],
+                run_id=run_id,
+                run_attempt=attempt,
+                check_run_id=str(int(run_id) * 3 + attempt),
+                status="completed" if conclusion else "in_progress",
+                conclusion=conclusion,
+                started_at=started if not (conclusion and rng.random() < 0.02) else None,
+                completed_at=completed if conclusion else None,
+                queue_time=queued,
+                execution_time=duration if conclusion else None,
+                passed=passed,
+                failed=len(failed_tests) if passed is not None else None,
+                skipped=rng.randint(50, 400) if passed is not None else None,
+                failed_tests=failed_tests,
+                run_url=f"https://github.com/{backend.repo}/actions/runs/{run_id}",
+                artifact_url=f"https://github.com/{backend.repo}/actions/runs/{run_id}/artifacts"
+                if failed_tests
+                else "",
+                level=backend.level,
+                upstream_check_run_id=int(run_id) * 7 + attempt if wanted else None,
+                one_shot=False,
+                relay_decided=conclusion == "timed_out" and rng.random() < 0.5,
+                created_at=started,
+            )
+        )
+        if conclusion in ("failure", "cancelled") and attempt == 1 and rng.random() < 0.35:
+            # A re-run of the failed job: same run, next attempt, no queue time (RFC-0050 §re-run).
+            retry_at = completed + timedelta(minutes=rng.uniform(10, 120))
+            if retry_at < self.now:
+                self.job(
+                    backend,
+                    dispatch,
+                    delivery_id,
+                    event,
+                    pr_number,
+                    head,
+                    names,
+                    2,
+                    retry_at,
+                    0,
+                    fail / 2,
+                    infra / 2,
+                    wanted,
+                    run_id=run_id,
+                )
+
+    def rejections(self) -> None:
+        details = [
+            "[demo] repository sample/unknown-repo is not in the allowlist",
+            "[demo] token expired",
+            "[demo] no dispatch for this delivery and repository",
+        ]
+        for i in range(9):
+            CallbackRejection.objects.create(
+                received_at=self.now - timedelta(hours=i * 17),
+                repo="sample/unknown-repo" if i % 3 == 0 else "",
+                status_code=403 if i % 3 != 1 else 401,
+                detail=details[i % 3],
+            )

@@ -1,0 +1,274 @@
+"""The shared domain: the allowlist, upstream deliveries, dispatches and downstream job results."""
+
+import re
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator, validate_slug
+from django.db import models, transaction
+from django.db.models.functions import Lower
+from django.utils import timezone
+
+from ootci import levels
+from ootci.levels import Level
+
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+validate_repo = RegexValidator(REPO_PATTERN, "Enter a repository as org/name, e.g. ascend/pytorch-npu.")
+
+
+class Event(models.TextChoices):
+    PULL_REQUEST = "pull_request"
+    PUSH = "push"
+    NIGHTLY = "nightly"
+    PERIODIC = "periodic"
+
+
+def default_events() -> list[str]:
+    return [Event.PULL_REQUEST, Event.PUSH]
+
+
+class Backend(models.Model):
+    repo = models.CharField(max_length=140, validators=[validate_repo], help_text="org/name of the downstream repo")
+    level = models.CharField(max_length=2, choices=Level.choices, default=Level.L1)
+    device = models.CharField(
+        max_length=50,
+        blank=True,
+        validators=[validate_slug],
+        help_text="Slug; L3 backends are selected on a PR by the label ciflow/oot/<device>.",
+    )
+    oncalls = models.JSONField(default=list, blank=True, help_text="GitHub handles, without @")
+    events = models.JSONField(default=default_events, help_text="Upstream events relayed to this backend")
+    enabled = models.BooleanField(default=True)
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["repo"]
+        constraints = [
+            models.UniqueConstraint(Lower("repo"), name="backend_repo_unique_ci"),
+            models.CheckConstraint(condition=models.Q(level__in=Level.values), name="backend_level_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.repo
+
+    @property
+    def policy(self) -> levels.Policy:
+        return levels.policy(self.level)
+
+    @property
+    def label(self) -> str:
+        """The PR label that turns on check runs for an L3 backend."""
+        return levels.l3_label(self.device) if self.device else ""
+
+    @property
+    def check_run_prefix(self) -> str:
+        return self.device or self.repo.split("/", 1)[1]
+
+    def clean(self) -> None:
+        errors = {}
+        if self.level == Level.L3 and not self.device:
+            errors["device"] = "An L3 backend needs a device: its PR label is ciflow/oot/<device>."
+        bad = [e for e in self.events or [] if e not in Event.values]
+        if bad or not isinstance(self.events, list):
+            errors["events"] = f"Events must be a list drawn from {', '.join(Event.values)}; got {self.events!r}."
+        if not isinstance(self.oncalls, list) or not all(isinstance(h, str) and h for h in self.oncalls):
+            errors["oncalls"] = "On-calls must be a list of GitHub handles."
+        if self.repo:
+            self.repo = self.repo.strip().strip("/")
+            clash = Backend.objects.filter(repo__iexact=self.repo).exclude(pk=self.pk)
+            if clash.exists():
+                errors["repo"] = f"{clash.first().repo} is already in the allowlist (names are compared ignoring case)."
+        if errors:
+            raise ValidationError(errors)
+
+    def change_level(self, to: str, *, user=None, actor: str = "", reason: str = "") -> "LevelChange | None":
+        """Move to another level and write the audit row; a no-op when the level is unchanged."""
+        if to == self.level:
+            return None
+        with transaction.atomic():
+            change = LevelChange.objects.create(
+                backend=self,
+                from_level=self.level,
+                to_level=to,
+                changed_by=user,
+                actor=actor or (user.get_username() if user else ""),
+                reason=reason,
+            )
+            self.level = to
+            self.save(update_fields=["level", "updated_at"])
+        return change
+
+
+class LevelChange(models.Model):
+    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="level_changes")
+    from_level = models.CharField(max_length=2, choices=Level.choices, blank=True, help_text="Blank when added")
+    to_level = models.CharField(max_length=2, choices=Level.choices)
+    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor = models.CharField(max_length=150, blank=True, help_text="Who or what made the change")
+    reason = models.TextField(blank=True)
+    changed_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.backend}: {self.from_level or '—'} → {self.to_level}"
+
+
+class PullRequest(models.Model):
+    class State(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+        MERGED = "merged"
+
+    upstream_repo = models.CharField(max_length=140)
+    number = models.PositiveIntegerField()
+    title = models.CharField(max_length=500, blank=True)
+    author = models.CharField(max_length=100, blank=True)
+    head_sha = models.CharField(max_length=40, blank=True)
+    head_ref = models.CharField(max_length=255, blank=True)
+    labels = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    html_url = models.URLField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["upstream_repo", "number"], name="pr_unique_per_repo")]
+
+    def __str__(self) -> str:
+        return f"#{self.number} {self.title}"
+
+    @property
+    def wants_check_runs(self) -> bool:
+        return self.state == self.State.OPEN
+
+
+class Delivery(models.Model):
+    delivery_id = models.CharField(max_length=100, unique=True, help_text="X-GitHub-Delivery")
+    event = models.CharField(max_length=50)
+    action = models.CharField(max_length=50, blank=True)
+    upstream_repo = models.CharField(max_length=140)
+    head_sha = models.CharField(max_length=40, blank=True)
+    ref = models.CharField(max_length=255, blank=True)
+    pull_request = models.ForeignKey(
+        PullRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
+    payload = models.JSONField(help_text="The verified webhook body")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    archive_key = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name_plural = "deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event}.{self.action} {self.delivery_id}" if self.action else f"{self.event} {self.delivery_id}"
+
+
+class Dispatch(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="dispatches")
+    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="dispatches")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    payload_trimmed = models.BooleanField(default=False, help_text="Large free-text fields were cut to fit")
+    check_run_wanted = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "dispatches"
+        constraints = [models.UniqueConstraint(fields=["delivery", "backend"], name="dispatch_unique_per_backend")]
+
+    def __str__(self) -> str:
+        return f"{self.delivery.delivery_id} → {self.backend.repo} ({self.status})"
+
+
+class JobResult(models.Model):
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETED = "completed"
+
+    class Source(models.TextChoices):
+        CALLBACK = "callback"
+        INGEST = "ingest"
+        SWEEPER = "sweeper"
+
+    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="job_results")
+    dispatch = models.ForeignKey(Dispatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    delivery_id = models.CharField(max_length=100, help_text="Upstream delivery id; the tested SHA for nightly")
+    event_type = models.CharField(max_length=20, choices=Event.choices)
+    upstream_repo = models.CharField(max_length=140)
+    pr_number = models.PositiveIntegerField(null=True, blank=True, db_index=True)
+    head_sha = models.CharField(max_length=40, blank=True, db_index=True)
+    workflow_name = models.CharField(max_length=255)
+    job_name = models.CharField(max_length=255)
+    run_id = models.CharField(max_length=100)
+    run_attempt = models.PositiveIntegerField(default=1)
+    check_run_id = models.CharField(max_length=100, blank=True, help_text="Downstream's check run id")
+    status = models.CharField(max_length=12, choices=Status.choices)
+    conclusion = models.CharField(max_length=30, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    queue_time = models.FloatField(null=True, blank=True, help_text="Seconds from dispatch sent to in_progress")
+    execution_time = models.FloatField(null=True, blank=True, help_text="Seconds from in_progress to completed")
+    passed = models.PositiveIntegerField(null=True, blank=True)
+    failed = models.PositiveIntegerField(null=True, blank=True)
+    skipped = models.PositiveIntegerField(null=True, blank=True)
+    failed_tests = models.JSONField(default=list, blank=True)
+    artifact_url = models.URLField(max_length=1000, blank=True)
+    run_url = models.URLField(max_length=1000, blank=True)
+    level = models.CharField(max_length=2, choices=Level.choices, blank=True, help_text="Backend level at report")
+    upstream_check_run_id = models.BigIntegerField(null=True, blank=True)
+    one_shot = models.BooleanField(default=False, help_text="Completed without an in_progress report")
+    relay_decided = models.BooleanField(default=False, help_text="Concluded by the relay (e.g. timed out)")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.CALLBACK)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["backend", "delivery_id", "workflow_name", "job_name", "run_id", "run_attempt"],
+                name="jobresult_unique_attempt",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["backend", "event_type", "created_at"], name="job_backend_event_time"),
+            models.Index(fields=["status", "created_at"], name="job_status_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.backend.repo} {self.workflow_name}/{self.job_name} #{self.run_id}.{self.run_attempt}"
+
+    @property
+    def finished_at(self):
+        """When the result is known: completion, or the report time for a lost in_progress."""
+        return self.completed_at or self.started_at or self.created_at
+
+
+class CallbackRejection(models.Model):
+    """A refused callback, kept so the HUD's relay-health strip can count them."""
+
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    repo = models.CharField(max_length=140, blank=True, help_text="Verified repository claim, when known")
+    status_code = models.PositiveSmallIntegerField()
+    detail = models.CharField(max_length=500)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.status_code} {self.repo or '?'}: {self.detail}"

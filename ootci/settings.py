@@ -1,0 +1,175 @@
+"""Settings: the one place that reads the environment (every variable is in .env.example)."""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=[])
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or "insecure-development-key-do-not-use-in-production"
+    ALLOWED_HOSTS = ALLOWED_HOSTS or ["127.0.0.1", "localhost", "[::1]"]
+else:
+    # Fail closed: a production process never starts on a guessable key or open hosts.
+    if len(SECRET_KEY) < 50:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set to a random string of 50+ characters when DJANGO_DEBUG is off"
+        )
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must list the served host names when DJANGO_DEBUG is off")
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "drf_spectacular",
+    "django_q",
+    "ootci",
+    "relay",
+    "hud",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ootci.urls"
+WSGI_APPLICATION = "ootci.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded default runs a web process and a worker on one file: wait for locks instead of failing.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "ootci_cache"}}
+
+Q_CLUSTER = {
+    "name": "ootci",
+    "workers": env.int("Q_WORKERS", default=2),
+    "timeout": 120,
+    "retry": 180,
+    "max_attempts": 1,  # our tasks retry on their own schedule; the broker must not re-run them blindly
+    "catch_up": False,
+    "save_limit": 1000,
+    "ack_failures": True,
+    "sync": env.bool("Q_SYNC", default=False),
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+    Q_CLUSTER["poll"] = 0.2
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=BASE_DIR / "staticfiles")
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "OOT CI",
+    "DESCRIPTION": "Cross-repository CI relay and HUD for PyTorch out-of-tree backends",
+    "VERSION": "1.0.0",
+}
+
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+# --- OOT CI -----------------------------------------------------------------------------------
+
+UPSTREAM_REPO = env.str("UPSTREAM_REPO", default="pytorch/pytorch")
+GITHUB_API_URL = env.str("GITHUB_API_URL", default="https://api.github.com").rstrip("/")
+GITHUB_APP_ID = env.str("GITHUB_APP_ID", default="")
+GITHUB_APP_PRIVATE_KEY = env.str("GITHUB_APP_PRIVATE_KEY", default="", multiline=True)
+if GITHUB_APP_PRIVATE_KEY and "-----BEGIN" not in GITHUB_APP_PRIVATE_KEY:
+    key_path = Path(GITHUB_APP_PRIVATE_KEY)
+    if not key_path.is_file():
+        raise ImproperlyConfigured(f"GITHUB_APP_PRIVATE_KEY is neither PEM text nor a readable file: {key_path}")
+    GITHUB_APP_PRIVATE_KEY = key_path.read_text()
+GITHUB_WEBHOOK_SECRET = env.str("GITHUB_WEBHOOK_SECRET", default="")
+
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="https://token.actions.githubusercontent.com").rstrip("/")
+OIDC_AUDIENCE = env.str("OIDC_AUDIENCE", default="pytorch-cross-repo-ci-relay")
+OIDC_JWKS_URL = env.str("OIDC_JWKS_URL", default="") or f"{OIDC_ISSUER}/.well-known/jwks"
+
+CLICKHOUSE_URL = env.str("CLICKHOUSE_URL", default="")
+ARCHIVE_URL = env.str("ARCHIVE_URL", default="")
+AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
+HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
+
+CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
+ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)

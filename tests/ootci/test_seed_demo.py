@@ -1,0 +1,39 @@
+import io
+
+from django.core.management import call_command
+from django.db.models import Count
+
+from ootci.models import Backend, Delivery, Dispatch, JobResult, LevelChange, PullRequest
+
+
+def counts() -> dict:
+    return {
+        model.__name__: model.objects.count()
+        for model in (Backend, LevelChange, PullRequest, Delivery, Dispatch, JobResult)
+    }
+
+
+def test_seed_demo_is_idempotent(db):
+    call_command("seed_demo", stdout=io.StringIO())
+    first = counts()
+    call_command("seed_demo", stdout=io.StringIO())
+    assert counts() == first
+
+
+def test_seed_demo_covers_what_the_pages_show(db):
+    call_command("seed_demo", stdout=io.StringIO())
+    assert Backend.objects.count() >= 12
+    assert set(Backend.objects.values_list("level", flat=True)) == {"L1", "L2", "L3", "L4"}
+    assert PullRequest.objects.count() >= 200
+    conclusions = set(JobResult.objects.values_list("conclusion", flat=True))
+    assert {"success", "failure", "cancelled", "timed_out", ""} <= conclusions
+    assert JobResult.objects.filter(status="in_progress").exists()
+    assert JobResult.objects.filter(run_attempt=2).exists()
+    assert JobResult.objects.filter(event_type="nightly", dispatch=None).exists()
+    assert JobResult.objects.filter(conclusion="failure").exclude(failed_tests=[]).exists()
+    # Dispatches never called back: the HUD counts these as lost.
+    assert Dispatch.objects.filter(backend__level__in=["L2", "L3", "L4"]).annotate(n=Count("jobs")).filter(n=0)
+    # A re-run keeps its run id: attempts belong to one workflow run.
+    rerun = JobResult.objects.filter(run_attempt=2).first()
+    assert JobResult.objects.filter(run_id=rerun.run_id, run_attempt=1, job_name=rerun.job_name).exists()
+    assert rerun.queue_time is None

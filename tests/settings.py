@@ -1,0 +1,15 @@
+"""The production settings module, fed a test environment: PostgreSQL and Redis on this machine.
+
+Only defaults: anything already in the environment wins. Each xdist worker gets its own Redis
+database so that rate-limit and cache keys never cross between parallel tests.
+"""
+
+import os
+
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+os.environ.setdefault("DJANGO_DEBUG", "true")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ootci")
+os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{1 + _worker % 15}")
+os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
+
+from ootci.settings import *  # noqa: E402, F403
