@@ -1,2 +1,9 @@
+from django.urls import path
+
+from relay import api, views
+
 app_name = "relay"
-urlpatterns: list = []
+urlpatterns = [
+    path("github/webhook", views.webhook, name="webhook"),
+    path("github/callback", api.callback, name="callback"),
+]

@@ -1,0 +1,11 @@
+"""GitHub webhook endpoint (placeholder until the relay-inbound work lands)."""
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+
+@csrf_exempt
+@require_POST
+def webhook(request):
+    return JsonResponse({"detail": "not implemented"}, status=501)
