@@ -11,5 +11,7 @@ os.environ.setdefault("DJANGO_DEBUG", "true")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ootci")
 os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{1 + _worker % 15}")
 os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
+# Tasks run inline when enqueued (after commit); tests that play the worker call tasks directly.
+os.environ.setdefault("Q_SYNC", "true")
 
 from ootci.settings import *  # noqa: E402, F403
