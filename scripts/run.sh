@@ -8,7 +8,7 @@ $py manage.py migrate --no-input -v0
 $py manage.py createcachetable
 echo "==> loading demo data"
 $py manage.py seed_demo
-password=$($py manage.py shell -c '
+password=$($py manage.py shell -v 0 -c '
 from django.contrib.auth import get_user_model
 import secrets
 User = get_user_model()
