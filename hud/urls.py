@@ -1,2 +1,22 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from hud import api, ingest, views
+
 app_name = "hud"
-urlpatterns: list = []
+urlpatterns: list = [
+    path("oot/", views.index, name="index"),
+    path("oot/metrics/", views.metrics, name="metrics"),
+    path("oot/pr/", views.pr_jump, name="pr-jump"),
+    path("oot/pr/<int:number>/", views.pull_request, name="pull-request"),
+    path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
+    path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
+    path("api/oot/", api.OverviewView.as_view(), name="api-overview"),
+    path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
+    path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
+    path("api/oot/pr/<int:number>/", api.PullRequestView.as_view(), name="api-pull-request"),
+    path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
+    path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/crcr/results", ingest.IngestApi.as_view(), name="crcr-results"),
+]

@@ -1,12 +1,13 @@
 """The shared domain: the allowlist, upstream deliveries, dispatches and downstream job results."""
 
 import re
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, validate_slug
 from django.db import models, transaction
-from django.db.models.functions import Lower
+from django.db.models.functions import Coalesce, Lower
 from django.utils import timezone
 
 from ootci import levels
@@ -248,6 +249,8 @@ class JobResult(models.Model):
         indexes = [
             models.Index(fields=["backend", "event_type", "created_at"], name="job_backend_event_time"),
             models.Index(fields=["status", "created_at"], name="job_status_time"),
+            # The HUD's windows select by finish time (finished_at) before picking latest attempts.
+            models.Index("event_type", Coalesce("completed_at", "started_at", "created_at"), name="job_event_finished"),
         ]
 
     def __str__(self) -> str:
@@ -257,6 +260,15 @@ class JobResult(models.Model):
     def finished_at(self):
         """When the result is known: completion, or the report time for a lost in_progress."""
         return self.completed_at or self.started_at or self.created_at
+
+    @staticmethod
+    def safe_link(value) -> str:
+        """``value`` if it is an http(s) URL that fits a link column, else "": reported links end up in hrefs,
+        and a javascript: or data: one must not."""
+        if not isinstance(value, str) or len(value.strip()) > 1000:
+            return ""
+        parts = urlsplit(value.strip())
+        return value.strip() if parts.scheme in ("http", "https") and parts.netloc else ""
 
 
 class CallbackRejection(models.Model):

@@ -52,6 +52,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "hud.middleware.unit_of_work",
 ]
 
 ROOT_URLCONF = "ootci.urls"
@@ -67,6 +68,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "hud.views.analytics_fallback",
             ],
         },
     },
@@ -165,11 +167,34 @@ GITHUB_WEBHOOK_SECRET = env.str("GITHUB_WEBHOOK_SECRET", default="")
 OIDC_ISSUER = env.str("OIDC_ISSUER", default="https://token.actions.githubusercontent.com").rstrip("/")
 OIDC_AUDIENCE = env.str("OIDC_AUDIENCE", default="pytorch-cross-repo-ci-relay")
 OIDC_JWKS_URL = env.str("OIDC_JWKS_URL", default="") or f"{OIDC_ISSUER}/.well-known/jwks"
+# Seconds between forced JWKS refetches for an unknown `kid` (a token with a made-up kid must not make us hammer
+# the issuer); the key set itself is cached for 5 minutes.
+OIDC_JWKS_REFRESH_COOLDOWN_SECONDS = env.float("OIDC_JWKS_REFRESH_COOLDOWN_SECONDS", default=30)
 
 CLICKHOUSE_URL = env.str("CLICKHOUSE_URL", default="")
 ARCHIVE_URL = env.str("ARCHIVE_URL", default="")
 AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 
+# Dispatch fan-out: one task per delivery sends on a thread pool (q2 workers are processes, too few for 100
+# backends at GitHub's latency). A dispatch is tried at most DISPATCH_MAX_ATTEMPTS times per round, with
+# exponential backoff and full jitter; rate-limit waits are not counted. A pending row untouched for
+# DISPATCH_STALE_SECONDS is presumed lost (worker crash, broker message lost) and sent again by the sweeper.
+GITHUB_TIMEOUT_SECONDS = env.int("GITHUB_TIMEOUT_SECONDS", default=10)
+DISPATCH_CONCURRENCY = env.int("DISPATCH_CONCURRENCY", default=32)
+DISPATCH_MAX_ATTEMPTS = env.int("DISPATCH_MAX_ATTEMPTS", default=5)
+DISPATCH_RETRY_BASE_SECONDS = env.float("DISPATCH_RETRY_BASE_SECONDS", default=1.0)
+DISPATCH_RETRY_MAX_SECONDS = env.float("DISPATCH_RETRY_MAX_SECONDS", default=20.0)
+DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS = env.float("DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS", default=30.0)
+DISPATCH_STALE_SECONDS = env.int("DISPATCH_STALE_SECONDS", default=120)
+
 CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
 ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
+
+# HUD: the RFC-0050 evolution-path bar for L3 ("Stable"). The RFC leaves the numbers open (`X`); these
+# defaults follow the reference HUD's L3 colours (pass rate > 90 %) and are meant to be tuned per deployment.
+HUD_L3_MIN_WEEKLY_SUCCESS_RATE = env.float("HUD_L3_MIN_WEEKLY_SUCCESS_RATE", default=90.0)  # percent
+HUD_L3_MAX_P90_QUEUE_MINUTES = env.float("HUD_L3_MAX_P90_QUEUE_MINUTES", default=30.0)
+HUD_L3_MAX_PR_RUN_HOURS = env.float("HUD_L3_MAX_PR_RUN_HOURS", default=4.0)  # p90 wall-clock per PR head SHA
+# Seconds the HUD keeps an aggregate figure in the cache (0: compute on every request).
+HUD_CACHE_SECONDS = env.int("HUD_CACHE_SECONDS", default=60)

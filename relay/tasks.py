@@ -1,1 +1,42 @@
 """django-q2 tasks: each takes ids, calls one service, and is safe to run twice."""
+
+import logging
+
+from relay import services
+
+logger = logging.getLogger(__name__)
+
+# --- dispatch ----------------------------------------------------------------------------------
+
+
+def delivery_dispatches_send(delivery_pk: int) -> dict[str, int]:
+    return services.delivery_dispatches_send(delivery_pk=delivery_pk)
+
+
+def dispatch_send(dispatch_id: int) -> str:
+    return services.dispatch_send(dispatch_id=dispatch_id)
+
+
+def dispatches_resend_stale() -> dict[str, int]:
+    return services.dispatches_resend_stale()
+
+
+def delivery_archive(delivery_pk: int, body: bytes) -> str:
+    # The delivery and its dispatches are already committed; an archive failure is logged, never raised.
+    try:
+        return services.delivery_archive(delivery_pk=delivery_pk, body=body)
+    except Exception:
+        logger.exception("archiving delivery %s failed", delivery_pk)
+        return ""
+
+
+# --- callbacks ---------------------------------------------------------------------------------
+
+
+def jobs_sweep() -> dict[str, int]:
+    """Scheduled every 10 minutes (relay/migrations/0001_callbacks_sweeper_schedule.py)."""
+    result = services.jobs_sweep()
+    return {"timed_out": len(result.timed_out), "lost": result.lost}
+
+
+# --- check runs and re-runs --------------------------------------------------------------------

@@ -5,5 +5,5 @@ from relay import api, views
 app_name = "relay"
 urlpatterns = [
     path("github/webhook", views.webhook, name="webhook"),
-    path("github/callback", api.callback, name="callback"),
+    path("github/callback", api.CallbackApi.as_view(), name="callback"),
 ]

@@ -1,6 +1,9 @@
+import uuid
+
 import pytest
 
 from ootci.models import Backend
+from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
 
 
 @pytest.fixture
@@ -8,5 +11,30 @@ def make_backend(db):
     def make(repo: str = "ascend/pytorch-npu", level: str = "L2", **fields) -> Backend:
         fields.setdefault("device", "npu" if level == "L3" else "")
         return Backend.objects.create(repo=repo, level=level, **fields)
+
+    return make
+
+
+@pytest.fixture
+def oidc_issuer(settings):
+    """A fake OIDC issuer (real HTTP JWKS endpoint) that the settings trust for callbacks."""
+    issuer = FakeOidcIssuer().start()
+    settings.OIDC_ISSUER = issuer.issuer
+    settings.OIDC_JWKS_URL = issuer.jwks_url
+    settings.OIDC_AUDIENCE = AUDIENCE
+    yield issuer
+    issuer.stop()
+
+
+@pytest.fixture
+def downstream(live_server, oidc_issuer, make_backend):
+    """Make an allowlisted backend (L2 unless told) and its CI, which posts callbacks to the live server.
+
+    Each gets a repo name of its own: rate-limit counters live in a Redis that parallel workers share.
+    """
+
+    def make(level: str = "L2", **fields) -> Downstream:
+        repo = fields.pop("repo", None) or f"org-{uuid.uuid4().hex[:10]}/pytorch-npu"
+        return Downstream(live_server.url, oidc_issuer, make_backend(repo=repo, level=level, **fields))
 
     return make

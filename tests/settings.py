@@ -13,5 +13,7 @@ os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{1 + _worker % 15}")
 os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
 # Tasks run inline when enqueued (after commit); tests that play the worker call tasks directly.
 os.environ.setdefault("Q_SYNC", "true")
+# Every HUD test sees the figures of its own data, never a cached copy from another test.
+os.environ.setdefault("HUD_CACHE_SECONDS", "0")
 
 from ootci.settings import *  # noqa: E402, F403

@@ -1,0 +1,65 @@
+"""Copy every JobResult to ClickHouse, resumably: it shares the replication cursor with the task.
+
+A killed run continues where the last accepted batch ended; `--restart` copies everything again
+(copies collapse in ReplacingMergeTree). At the end, rows deleted in PostgreSQL are marked deleted.
+"""
+
+import time
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from hud import clickhouse
+
+
+class Progress:
+    """Plain-text progress on stderr: rows done / total, rate and ETA, at most a few lines a second."""
+
+    def __init__(self, stream, total: int, every: float = 0.5):
+        self.stream, self.total, self.every = stream, total, every
+        self.done = 0
+        self.started = self.shown = time.monotonic()
+
+    def add(self, rows: int) -> None:
+        self.done += rows
+        if time.monotonic() - self.shown >= self.every or self.done >= self.total:
+            self.show()
+
+    def show(self) -> None:
+        self.shown = time.monotonic()
+        elapsed = max(self.shown - self.started, 1e-6)
+        rate = self.done / elapsed
+        left = max(self.total - self.done, 0)
+        eta = f"{left / rate:,.0f} s" if rate else "?"
+        percent = 100 * self.done / self.total if self.total else 100
+        self.stream.write(f"{self.done:,}/{self.total:,} rows ({percent:.0f}%)  {rate:,.0f} rows/s  ETA {eta}")
+        self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = "Copy job results to ClickHouse from the replication cursor (resumable), with progress on stderr."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--batch-size", type=int, default=clickhouse.BATCH_SIZE, help="Rows per insert")
+        parser.add_argument("--restart", action="store_true", help="Start again from the first row")
+
+    def handle(self, *args, batch_size: int, restart: bool, **options) -> None:
+        if not clickhouse.is_configured():
+            raise CommandError("CLICKHOUSE_URL is not set: there is no ClickHouse to copy to.")
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1.")
+        if restart:
+            clickhouse.reset_cursor()
+        progress = Progress(self.stderr, total=clickhouse.pending_rows())
+        start = "from the first row" if restart else "from the replication cursor"
+        self.stderr.write(f"Copying {progress.total:,} job results to ClickHouse, {start}")
+        try:
+            sent = clickhouse.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
+            pruned = clickhouse.prune_deleted()
+        except ImproperlyConfigured as ex:
+            raise CommandError(str(ex)) from ex
+        except clickhouse.ClickHouseError as ex:
+            raise CommandError(f"{ex}\nNothing is lost: run the command again to continue from the last batch.") from ex
+        if progress.done < progress.total:
+            progress.show()
+        self.stdout.write(self.style.SUCCESS(f"Copied {sent:,} job results; marked {pruned:,} deleted ones."))

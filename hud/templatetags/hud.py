@@ -1,0 +1,163 @@
+"""Display helpers for the HUD templates: numbers, times, letters and colours, charts."""
+
+from datetime import UTC, datetime
+
+from django import template
+from django.http import QueryDict
+from django.utils import timezone
+
+from hud import charts
+
+register = template.Library()
+
+LETTERS = {"success": "O", "failure": "X", "cancelled": "C", "timed_out": "T", "skipped": "S", "neutral": "N"}
+OUTCOME_TEXT = {
+    "success": "success",
+    "test": "test failure",
+    "infra": "infrastructure failure",
+    "running": "running",
+    "skipped": "skipped",
+}
+BAND_TEXT = {"good": "good", "fair": "fair", "poor": "poor", "none": "no data"}
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """12s, 3.5m, 1.2h, 2.0d; "n/a" when unknown."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+@register.filter
+def pct(value: float | None) -> str:
+    return "no data" if value is None else f"{value:.1f}%"
+
+
+@register.filter
+def band(value: float | None) -> str:
+    return charts.band(value)
+
+
+@register.filter
+def band_text(value: float | None) -> str:
+    return BAND_TEXT[charts.band(value)]
+
+
+@register.filter
+def letter(job) -> str:
+    """The HUD letter: O X C T S N, ? while running, U for anything else."""
+    if job.outcome == "running":
+        return "?"
+    return LETTERS.get(job.conclusion, "U")
+
+
+@register.filter
+def outcome_text(job) -> str:
+    return OUTCOME_TEXT.get(job.outcome, job.outcome)
+
+
+@register.filter
+def short_sha(sha: str) -> str:
+    return (sha or "")[:7]
+
+
+@register.filter
+def ago(moment: datetime | None) -> str:
+    if moment is None:
+        return "never"
+    seconds = (timezone.now() - moment).total_seconds()
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m ago"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f}h ago"
+    return f"{seconds // 86400:.0f}d ago"
+
+
+@register.filter
+def utc(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if moment else "—"
+
+
+@register.filter
+def level_name(level: str) -> str:
+    return {"L4": "merge-blocking", "L3": "check run with label", "L2": "HUD only", "L1": "dispatch only"}.get(
+        level, ""
+    )
+
+
+@register.filter
+def event_name(event: str) -> str:
+    return {"pull_request": "Pull requests", "push": "Push", "nightly": "Nightly", "periodic": "Periodic"}[event]
+
+
+@register.simple_tag
+def sparkline(points):
+    return charts.sparkline(points)
+
+
+@register.simple_tag
+def line_chart(series):
+    return charts.line_chart(series)
+
+
+@register.filter
+def legend_colour(index: int) -> str:
+    return charts.legend_colour(index)
+
+
+@register.simple_tag(takes_context=True)
+def query(context, **changes) -> str:
+    """The current query string with ``changes`` applied (None removes a key); page resets unless given."""
+    params: QueryDict = context["request"].GET.copy()
+    params.pop("page", None)
+    for key, value in changes.items():
+        if value is None or value is False or value == "":
+            params.pop(key, None)
+        else:
+            params[key] = value
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"
+
+
+@register.simple_tag
+def hud_settings() -> dict:
+    from django.conf import settings
+
+    from hud.queries import EVENTS
+
+    return {
+        "success": f"{settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE:g}",
+        "queue": f"{settings.HUD_L3_MAX_P90_QUEUE_MINUTES:g}",
+        "run": f"{settings.HUD_L3_MAX_PR_RUN_HOURS:g}",
+        "zombie": f"{settings.ZOMBIE_TIMEOUT_HOURS:g}",
+        "events": EVENTS,
+        "upstream": settings.UPSTREAM_REPO,
+    }
+
+
+@register.filter
+def get(mapping: dict, key):
+    return mapping.get(key)
+
+
+@register.filter
+def by_day(series) -> list[dict]:
+    """Metrics series turned into table rows: one per day, newest first, a point per backend."""
+    if not series:
+        return []
+    days = [p.day for p in series[0].days]
+    return [{"date": day, "points": [s.days[i] for s in series]} for i, day in reversed(list(enumerate(days)))]
+
+
+@register.filter
+def event_noun(event: str) -> str:
+    return {"pull_request": "pull-request"}.get(event, event)

@@ -1,0 +1,113 @@
+"""Relay administration: webhook deliveries and their dispatches, read-only, with "redispatch" for failures."""
+
+import json
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.utils.text import Truncator
+
+from ootci.models import Delivery, Dispatch
+from relay import services
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the relay itself: editing one by hand would break its outbox bookkeeping."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class DispatchInline(admin.TabularInline):
+    model = Dispatch
+    extra = 0
+    can_delete = False
+    fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "check_run_wanted", "sent_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = [
+        "delivery_id",
+        "event",
+        "action",
+        "pull_request",
+        "head_sha_short",
+        "received_at",
+        "queued",
+        "failed",
+    ]
+    list_filter = ["event", "action", "received_at"]
+    search_fields = ["delivery_id", "head_sha", "ref", "=pull_request__number"]
+    list_select_related = ["pull_request"]
+    date_hierarchy = "received_at"
+    inlines = [DispatchInline]
+    exclude = ["payload"]
+    readonly_fields = ["payload_pretty"]
+
+    def get_queryset(self, request):
+        failed = Count("dispatches", filter=Q(dispatches__status=Dispatch.Status.FAILED))
+        return super().get_queryset(request).annotate(n_dispatches=Count("dispatches"), n_failed=failed)
+
+    @admin.display(description="head")
+    def head_sha_short(self, obj: Delivery) -> str:
+        return obj.head_sha[:10]
+
+    @admin.display(description="dispatches", ordering="n_dispatches")
+    def queued(self, obj: Delivery) -> int:
+        return obj.n_dispatches
+
+    @admin.display(description="failed", ordering="n_failed")
+    def failed(self, obj: Delivery) -> int:
+        return obj.n_failed
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: Delivery) -> str:
+        return json.dumps(obj.payload, indent=2)[:20000]
+
+
+@admin.register(Dispatch)
+class DispatchAdmin(ReadOnlyAdmin):
+    list_display = [
+        "delivery",
+        "backend",
+        "pr",
+        "status",
+        "attempts",
+        "error",
+        "payload_trimmed",
+        "created_at",
+        "sent_at",
+    ]
+    list_filter = ["status", "payload_trimmed", "check_run_wanted", "delivery__event", "backend"]
+    search_fields = ["delivery__delivery_id", "backend__repo", "=delivery__pull_request__number"]
+    list_select_related = ["delivery__pull_request", "backend"]
+    raw_id_fields = ["delivery"]
+    actions = ["redispatch"]
+
+    @admin.display(description="PR", ordering="delivery__pull_request__number")
+    def pr(self, obj: Dispatch) -> str:
+        pr = obj.delivery.pull_request
+        return f"#{pr.number}" if pr else "—"
+
+    @admin.display(description="last error")
+    def error(self, obj: Dispatch) -> str:
+        return Truncator(obj.last_error).chars(120)
+
+    def has_redispatch_permission(self, request) -> bool:
+        return request.user.has_perm("ootci.change_dispatch")
+
+    @admin.action(description="Redispatch the selected failed dispatches", permissions=["redispatch"])
+    def redispatch(self, request, queryset) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        count = services.dispatches_redispatch(dispatch_ids=ids)
+        skipped = len(ids) - count
+        messages.success(request, f"{count} dispatch(es) queued again.")
+        if skipped:
+            messages.warning(request, f"{skipped} selected dispatch(es) were not failed and were left alone.")

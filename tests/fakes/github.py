@@ -1,0 +1,289 @@
+"""A fake GitHub REST API over real HTTP, for PyGithub to talk to.
+
+It plays the GitHub App flow (App JWT → repository installation → installation token, checked on
+every call), repository lookups and ``repository_dispatch``, enforcing GitHub's rules where our code
+depends on them (64 KB client_payload, 10 top-level keys, token expiry). Tests program it:
+
+    fake.script("POST", "/repos/org/a/dispatches", Reply(500), Reply(500))   # the next two answers
+    fake.latency = 0.1                                                       # every answer, seconds
+    fake.route("GET", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/check-runs")(handler)   # extend
+
+and read what it was sent from ``fake.requests`` (every request, in order, thread-safe).
+"""
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+REPO = r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"
+CLIENT_PAYLOAD_LIMIT = 65_536  # GitHub: "The total size of the JSON payload must be less than 64KB."
+
+
+@dataclass(frozen=True)
+class AppKey:
+    private_pem: str
+    public_pem: bytes
+
+
+def app_key_generate() -> AppKey:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = serialization.Encoding.PEM
+    private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    public = key.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return AppKey(private.decode(), public)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+    @classmethod
+    def rate_limited(cls, *, reset_in: float = 1.0, status: int = 403) -> "Reply":
+        """A primary rate limit as GitHub answers it: remaining 0 and the reset time (epoch seconds)."""
+        headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(time.time() + reset_in))}
+        return cls(status, {"message": "API rate limit exceeded for installation ID 1."}, headers)
+
+    @classmethod
+    def retry_after(cls, seconds: int, *, status: int = 429) -> "Reply":
+        """A secondary rate limit: Retry-After in seconds."""
+        return cls(status, {"message": "You have exceeded a secondary rate limit."}, {"retry-after": str(seconds)})
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+    status: int = 0
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+Handler = Callable[["FakeGitHub", Request, re.Match], Reply]
+
+
+class FakeGitHub:
+    def __init__(self, *, app_id: int, public_pem: bytes) -> None:
+        self.app_id = app_id
+        self.public_key = serialization.load_pem_public_key(public_pem)
+        self.latency = 0.0
+        self.token_ttl = timedelta(hours=1)
+        self.uninstalled: set[str] = set()  # repos (lower case) the App is not installed on
+        self.requests: list[Request] = []
+        self.tokens: dict[str, tuple[int, datetime]] = {}
+        self._routes: list[tuple[str, re.Pattern, Handler]] = []
+        self._scripts: dict[tuple[str, str], deque[Reply]] = {}
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self.route("GET", REPO + r"/installation")(_repo_installation)
+        self.route("POST", r"/app/installations/(?P<id>\d+)/access_tokens")(_access_token)
+        self.route("GET", REPO)(_repo)
+        self.route("POST", REPO + r"/dispatches")(_dispatch)
+
+    # --- programming ----------------------------------------------------------------------------
+
+    def route(self, method: str, pattern: str) -> Callable[[Handler], Handler]:
+        """Register ``handler(fake, request, match) -> Reply`` for a method and a full-path regex."""
+
+        def register(handler: Handler) -> Handler:
+            self._routes.append((method, re.compile(pattern + r"/?$"), handler))
+            return handler
+
+        return register
+
+    def script(self, method: str, path: str, *replies: Reply) -> None:
+        """Answer the next requests to exactly ``method path`` with ``replies``, then as usual."""
+        with self._lock:
+            self._scripts.setdefault((method, path), deque()).extend(replies)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def requests_to(self, method: str, pattern: str) -> list[Request]:
+        regex = re.compile(pattern + r"$")
+        with self._lock:
+            return [r for r in self.requests if r.method == method and regex.match(r.path)]
+
+    def dispatches(self, *, status: int = 204) -> list[Request]:
+        """The repository_dispatch requests answered with ``status``."""
+        return [r for r in self.requests_to("POST", REPO + "/dispatches") if r.status == status]
+
+    # --- auth helpers for handlers --------------------------------------------------------------
+
+    def app_jwt_valid(self, request: Request) -> bool:
+        token = _bearer(request)
+        try:
+            claims = jwt.decode(token, self.public_key, algorithms=["RS256"])
+        except jwt.PyJWTError:
+            return False
+        return str(claims.get("iss")) == str(self.app_id)
+
+    def installation_of(self, request: Request) -> int | None:
+        """The installation whose live token authenticates ``request``, or None."""
+        with self._lock:
+            grant = self.tokens.get(_bearer(request))
+        if grant is None or grant[1] <= datetime.now(UTC):
+            return None
+        return grant[0]
+
+    def installation_id(self, owner: str) -> int:
+        # GitHub installs an App per account: every repo of one owner shares an installation.
+        return 1000 + int.from_bytes(owner.lower().encode()[:6].ljust(6, b"\0"), "big") % 1_000_000
+
+    # --- serving --------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start() the fake first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeGitHub":
+        handler = type("Handler", (_HTTPHandler,), {"fake": self})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+        server.request_queue_size = 256  # fan-outs open dozens of connections at once
+        server.daemon_threads = True
+        server.server_bind()
+        server.server_activate()
+        self._server = server
+        threading.Thread(target=server.serve_forever, name="fake-github", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _answer(self, request: Request) -> Reply:
+        with self._lock:
+            queue = self._scripts.get((request.method, request.path))
+            scripted = queue.popleft() if queue else None
+        if scripted is not None:
+            return scripted
+        for method, regex, handler in self._routes:
+            match = regex.match(request.path)
+            if method == request.method and match:
+                return handler(self, request, match)
+        return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+
+
+class _HTTPHandler(BaseHTTPRequestHandler):
+    fake: FakeGitHub
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        parts = urlsplit(self.path)
+        request = Request(
+            self.command,
+            parts.path,
+            parts.query,
+            {k.lower(): v for k, v in self.headers.items()},
+            self.rfile.read(length),
+            time.monotonic(),
+        )
+        reply = self.fake._answer(request)
+        time.sleep(self.fake.latency + reply.delay)
+        request.status = reply.status
+        with self.fake._lock:
+            self.fake.requests.append(request)
+        payload = b"" if reply.body is None else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _bearer(request: Request) -> str:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value if scheme.lower() in ("bearer", "token") else ""
+
+
+def _unauthorized() -> Reply:
+    return Reply(401, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"})
+
+
+def _repo_installation(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not fake.app_jwt_valid(request):
+        return Reply(401, {"message": "A JSON web token could not be decoded"})
+    if f"{m['owner']}/{m['repo']}".lower() in fake.uninstalled:
+        return Reply(404, {"message": "Not Found"})
+    installation_id = fake.installation_id(m["owner"])
+    return Reply(
+        200,
+        {
+            "id": installation_id,
+            "app_id": fake.app_id,
+            "account": {"login": m["owner"], "type": "Organization"},
+            "target_type": "Organization",
+            "access_tokens_url": f"{fake.url}/app/installations/{installation_id}/access_tokens",
+        },
+    )
+
+
+def _access_token(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not fake.app_jwt_valid(request):
+        return Reply(401, {"message": "A JSON web token could not be decoded"})
+    token = "ghs_" + secrets.token_hex(16)
+    expires_at = datetime.now(UTC) + fake.token_ttl
+    with fake._lock:
+        fake.tokens[token] = (int(m["id"]), expires_at)
+    return Reply(201, {"token": token, "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "permissions": {}})
+
+
+def _repo(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if fake.installation_of(request) != fake.installation_id(m["owner"]):
+        return _unauthorized()
+    full_name = f"{m['owner']}/{m['repo']}"
+    return Reply(
+        200,
+        {
+            "id": abs(hash(full_name)) % 10**9,
+            "name": m["repo"],
+            "full_name": full_name,
+            "owner": {"login": m["owner"], "url": f"{fake.url}/users/{m['owner']}"},
+            "url": f"{fake.url}/repos/{full_name}",
+            "default_branch": "main",
+        },
+    )
+
+
+def _dispatch(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if fake.installation_of(request) != fake.installation_id(m["owner"]):
+        return _unauthorized()
+    body = request.json or {}
+    client_payload = body.get("client_payload", {})
+    if not isinstance(body.get("event_type"), str) or not 0 < len(body["event_type"]) <= 100:
+        return Reply(422, {"message": "Invalid request.\n\nevent_type is missing or too long."})
+    if not isinstance(client_payload, dict) or len(client_payload) > 10:
+        return Reply(422, {"message": "Invalid request.\n\nclient_payload must have at most 10 properties."})
+    if len(json.dumps(client_payload).encode()) >= CLIENT_PAYLOAD_LIMIT:
+        return Reply(422, {"message": "Invalid request.\n\nclient_payload is too large."})
+    return Reply(204)

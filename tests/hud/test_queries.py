@@ -1,0 +1,249 @@
+from datetime import timedelta
+
+import pytest
+
+from hud import queries
+from hud.queries import BackendStats, Counts
+from tests.hud import scenario
+from tests.hud.builders import ago, dispatch, job, pull_request
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_counts_latest_attempts_and_splits_test_from_infra_failures():
+    s = scenario.build()
+
+    stats = queries.backend_stats(days=7, event="pull_request")[s.backend.id]
+
+    assert stats.counts == Counts(
+        successes=2, test_failures=1, infra_failures=3, lost=1, running=1, skipped=1, timed_out=1
+    )
+    assert stats.counts.total == 6
+    assert stats.counts.pass_rate == 33.3
+    assert stats.counts.timeout_rate == 16.7
+    assert stats.prs == 1
+
+
+def test_it_takes_medians_and_p90_over_latest_attempts():
+    s = scenario.build()
+
+    stats = queries.backend_stats(days=7, event="pull_request")[s.backend.id]
+
+    assert (stats.queue_median, stats.queue_p90, stats.queue_avg) == (150.0, 222.0, 150.0)
+    assert (stats.duration_median, stats.duration_avg) == (250.0, 250.0)
+
+
+def test_a_longer_window_reaches_older_jobs():
+    s = scenario.build()
+
+    stats = queries.backend_stats(days=30, event="pull_request")[s.backend.id]
+
+    assert (stats.counts.successes, stats.counts.total, stats.counts.pass_rate) == (3, 7, 42.9)
+    assert stats.prs == 2
+
+
+def test_push_and_nightly_results_are_counted_in_their_own_views():
+    s = scenario.build()
+
+    push = queries.backend_stats(days=7, event="push")[s.backend.id].counts
+    nightly = queries.backend_stats(days=7, event="nightly")[s.backend.id].counts
+
+    assert (push.successes, push.total) == (1, 1)
+    assert (nightly.test_failures, nightly.total, nightly.pass_rate) == (1, 1, 0.0)
+
+
+def test_the_window_boundary_uses_the_completion_time(make_backend):
+    backend = make_backend("edge/npu")
+    pr = pull_request(7, "9" * 40)
+    d = dispatch(backend, sha=pr.head_sha, at=ago(days=8), pr=pr)
+    job(backend, name="inside", finished=ago(days=7) + timedelta(minutes=2), dispatch_=d, started_at=ago(days=8))
+    job(backend, name="outside", conclusion="failure", finished=ago(days=7) - timedelta(minutes=2), dispatch_=d)
+
+    counts = queries.backend_stats(days=7, event="pull_request")[backend.id].counts
+
+    assert (counts.successes, counts.total) == (1, 1)
+
+
+def test_a_lost_dispatch_counts_only_after_the_zombie_timeout_and_only_for_l2_and_up(make_backend, settings):
+    settings.ZOMBIE_TIMEOUT_HOURS = 6
+    shown, listed = make_backend("shown/npu", "L2"), make_backend("listed/npu", "L1")
+    for backend in (shown, listed):
+        dispatch(backend, sha="1" * 40, at=ago(hours=7))
+        dispatch(backend, sha="2" * 40, at=ago(hours=5))
+    dispatch(shown, sha="3" * 40, at=ago(hours=9), status="failed")
+
+    stats = queries.backend_stats(days=1, event="pull_request")
+    relay = queries.relay_health(days=1)
+
+    assert stats[shown.id].counts.lost == 1
+    assert listed.id not in stats
+    assert (relay.dispatches_sent, relay.dispatches_failed, relay.dispatches_lost) == (4, 1, 1)
+
+
+def test_daily_pass_rates_leave_days_without_runs_empty():
+    s = scenario.build()
+
+    days = queries.daily_pass_rates(days=14, event="pull_request")[s.backend.id]
+
+    assert len(days) == 14
+    assert days[-1].day == ago().date()
+    by_day = {d.day: d for d in days}
+    two_days_ago = by_day[ago(days=2).date()]
+    assert (two_days_ago.successes, two_days_ago.total) == (1, 4)
+    assert by_day[ago(days=5).date()].pass_rate is None
+    assert sum(d.total for d in days) == 7  # 6 in the 7-day window + the 10-day-old build
+
+
+def test_the_overview_sorts_worst_first_and_lists_l1(make_backend):
+    good, bad = make_backend("good/npu", "L3", device="g"), make_backend("bad/npu", "L3", device="b")
+    idle = make_backend("idle/npu", "L3", device="i")
+    make_backend("quiet/npu", "L1")
+    job(good, name="a", event_type="pull_request", pr_number=1, head_sha="1" * 40)
+    job(bad, name="a", conclusion="failure", event_type="pull_request", pr_number=1, head_sha="1" * 40)
+
+    overview = queries.overview(days=7, event="pull_request")
+
+    assert [r.backend.repo for r in overview.sections["L3"]] == ["bad/npu", "good/npu", "idle/npu"]
+    assert [b.repo for b in overview.listed] == ["quiet/npu"]
+    assert overview.sections["L3"][2].stats == BackendStats()
+    assert idle.id
+
+
+@pytest.mark.parametrize(
+    ("level", "rate", "queue_p90", "run_p90", "verdict"),
+    [
+        ("L2", 95.0, 600.0, 3600.0, "meets-l3"),
+        ("L2", 89.9, 600.0, 3600.0, "not-yet"),
+        ("L3", 95.0, 1801.0, 3600.0, "below-level"),
+        ("L4", 95.0, 600.0, 4 * 3600.0 + 1, "below-level"),
+        ("L3", None, None, None, "no-data"),
+    ],
+)
+def test_eligibility_compares_the_week_with_the_l3_bar(settings, level, rate, queue_p90, run_p90, verdict):
+    settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE = 90
+    settings.HUD_L3_MAX_P90_QUEUE_MINUTES = 30
+    settings.HUD_L3_MAX_PR_RUN_HOURS = 4
+    counts = Counts() if rate is None else Counts(successes=int(rate * 10), infra_failures=1000 - int(rate * 10))
+
+    result = queries.judge(level, BackendStats(counts=counts, queue_p90=queue_p90), run_p90)
+
+    assert result.verdict == verdict
+
+
+def test_pr_run_time_spans_first_start_to_last_finish_of_latest_attempts(make_backend):
+    backend = make_backend("span/npu", "L3", device="s")
+    pr = pull_request(5, "5" * 40)
+    d = dispatch(backend, sha=pr.head_sha, at=ago(hours=5), pr=pr)
+    job(backend, name="a", finished=ago(hours=3), started_at=ago(hours=4), dispatch_=d)
+    job(backend, name="b", finished=ago(hours=1), started_at=ago(hours=2), dispatch_=d)
+
+    p90 = queries.store().pr_run_p90(since=ago(days=7))
+
+    assert p90[backend.id] == pytest.approx(3 * 3600, abs=1)
+
+
+def test_the_matrix_keys_rows_by_head_sha_and_shows_lost_dispatches():
+    s = scenario.build()
+
+    matrix = queries.backend_matrix(backend_id=s.backend.id, days=7, event="pull_request")
+
+    # PR 101's running job reported 1.5 hours ago, after PR 103's dispatch (8 hours ago); PR 102 is too old.
+    assert [(r.pr_number, r.lost) for r in matrix.rows] == [(101, 0), (103, 1)]
+    cells = matrix.rows[0].cells
+    assert matrix.columns == ["ci / build", "ci / docs", "ci / lint", "ci / long", "ci / run", "ci / skip", "ci / test"]
+    assert (cells["ci / build"].id, cells["ci / build"].run_attempt) == (s.rerun.id, 2)
+    assert cells["ci / test"].outcome == "test"
+    assert cells["ci / lint"].outcome == "infra"
+    assert cells["ci / run"].outcome == "running"
+    assert matrix.rows[0].title == "Fix index_put"
+
+
+def test_failing_only_keeps_rows_with_a_failure(make_backend):
+    backend = make_backend("mixed/npu")
+    for n, conclusion in ((1, "success"), (2, "failure")):
+        pr = pull_request(n, str(n) * 40)
+        job(
+            backend,
+            name="a",
+            conclusion=conclusion,
+            dispatch_=dispatch(backend, sha=pr.head_sha, at=ago(hours=2), pr=pr),
+        )
+
+    matrix = queries.backend_matrix(backend_id=backend.id, days=7, event="pull_request", failing_only=True)
+
+    assert [r.pr_number for r in matrix.rows] == [2]
+
+
+def test_the_matrix_pages_fifty_rows(make_backend):
+    backend = make_backend("busy/npu")
+    for n in range(51):
+        job(backend, name="a", event_type="push", head_sha=f"{n:040d}", finished=ago(minutes=n + 1))
+
+    first = queries.backend_matrix(backend_id=backend.id, days=1, event="push")
+    second = queries.backend_matrix(backend_id=backend.id, days=1, event="push", page=2)
+
+    assert (len(first.rows), first.has_next, first.rows[0].sha) == (50, True, f"{0:040d}")
+    assert (len(second.rows), second.has_next, second.rows[0].sha) == (1, False, f"{50:040d}")
+
+
+def test_columns_sort_numbers_naturally():
+    assert sorted(["ci / shard-10", "ci / shard-2", "ci / build"], key=queries.natural_key) == [
+        "ci / build",
+        "ci / shard-2",
+        "ci / shard-10",
+    ]
+
+
+def test_the_pr_detail_groups_latest_attempts_and_keeps_earlier_ones():
+    s = scenario.build()
+
+    pr = queries.pull_request(101)
+
+    (group,) = pr.groups
+    assert pr.summary == {"jobs": 7, "passed": 2, "failed": 3, "running": 1, "skipped": 1, "waiting": 0, "lost": 0}
+    assert [j.id for j in group.earlier] == [s.first_attempt.id]
+    assert group.jobs[0].outcome in ("test", "infra")
+
+
+def test_a_dispatched_backend_without_reports_is_waiting_then_lost():
+    scenario.build()
+
+    assert queries.pull_request(104).groups[0].waiting.state == "waiting"
+    assert queries.pull_request(103).groups[0].waiting.state == "lost"
+    assert queries.pull_request(999) is None
+
+
+def test_job_detail_lists_every_attempt_newest_first():
+    s = scenario.build()
+
+    detail = queries.job_detail(backend_id=s.backend.id, job_id=s.first_attempt.id)
+
+    assert [a.run_attempt for a in detail.attempts] == [2, 1]
+    assert detail.pr_title == "Fix index_put"
+    assert queries.job_detail(backend_id=s.backend.id + 1, job_id=s.first_attempt.id) is None
+
+
+def test_metrics_cover_every_day_of_the_window():
+    s = scenario.build()
+
+    (series,) = queries.metrics(days=30, event="pull_request")
+
+    assert series.backend.id == s.backend.id
+    assert len(series.days) == 30
+    assert sum(d.successes for d in series.days) == 3
+
+
+def test_figures_are_cached_for_hud_cache_seconds(settings, make_backend, django_assert_num_queries):
+    from django.core.cache import cache
+
+    settings.HUD_CACHE_SECONDS = 60
+    cache.clear()
+    backend = make_backend("cached/npu")
+    job(backend, name="a", event_type="push", head_sha="1" * 40)
+    first = queries.backend_stats(days=1, event="push")
+
+    job(backend, name="b", conclusion="failure", event_type="push", head_sha="1" * 40)
+    with django_assert_num_queries(0):
+        assert queries.backend_stats(days=1, event="push") == first
+    assert queries.backend_stats(days=1, event="push", now=ago()) != first
+    cache.clear()

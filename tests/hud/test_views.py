@@ -1,0 +1,218 @@
+import re
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.hud import scenario
+
+pytestmark = pytest.mark.django_db
+
+
+def text(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def get(client, url, status=200):
+    response = client.get(url)
+    assert response.status_code == status, response.content[:500]
+    return response.content.decode()
+
+
+def test_the_overview_shows_the_hand_counted_figures(client):
+    s = scenario.build()
+
+    html = get(client, "/oot/")
+
+    row = text(html.split(f'data-repo="{s.backend.repo}"')[1].split("</tr>")[0])
+    # status, repo, pass rate, successes, test failures, infra failures (lost), total, queue p50 / p90, duration p50
+    assert "poor · 1 running acme/npu npu 33.3% 2 1 3 (1 lost) 6 2.5m / 3.7m 4.2m" in row
+    assert "below L3 bar 33.3% · q90 3.7m · PR90 1.0d" in row
+    assert "How we count" in html
+    assert "Lost (no callback)" in html
+
+
+def test_the_overview_follows_the_window_and_event_parameters(client):
+    scenario.build()
+
+    assert "42.9%" in get(client, "/oot/?days=30")
+    assert "100.0%" in get(client, "/oot/?event=push")
+    assert "0.0%" in get(client, "/oot/?event=nightly")
+
+
+@pytest.mark.parametrize("query", ["?days=abc", "?days=3", "?event=bogus", "?days=-1&event=", "?page=x&failing=maybe"])
+def test_bad_parameters_fall_back_to_defaults(client, query):
+    scenario.build()
+
+    assert "33.3%" in get(client, f"/oot/{query}")
+    assert "33.3%" in get(client, f"/oot/acme/npu/{query}")
+
+
+def test_the_backend_page_shows_cards_and_the_matrix(client):
+    s = scenario.build()
+
+    html = get(client, "/oot/acme/npu/")
+
+    assert "@ann" in html and "L2" in html
+    assert "33.3%" in html and "2/6 jobs" in html
+    assert "16.7%" in html  # timeout rate
+    assert "#101" in html and "#103" in html and "#102" not in html
+    assert "dispatch lost" in html
+    assert f"/oot/acme/npu/jobs/{s.rerun.id}/" in html
+    assert "attempt 2" in html
+
+
+def test_the_backend_page_matches_repos_ignoring_case(client):
+    scenario.build()
+
+    assert "acme/npu" in get(client, "/oot/ACME/Npu/")
+
+
+def test_failing_only_hides_green_rows(client, make_backend):
+    s = scenario.build()
+
+    html = get(client, "/oot/acme/npu/?event=push&failing=1")
+
+    assert "Nothing failed" in html
+    assert s.backend
+
+
+def test_push_and_nightly_views_are_keyed_by_sha(client):
+    s = scenario.build()
+
+    nightly = get(client, "/oot/acme/npu/?event=nightly")
+
+    assert "nightly / full" in nightly and "ffffff" in nightly and "#101" not in nightly
+    assert f"/oot/acme/npu/jobs/{s.nightly.id}/" in nightly
+
+
+def test_an_empty_matrix_says_what_to_do(client, make_backend):
+    make_backend("new/npu")
+
+    html = get(client, "/oot/new/npu/")
+
+    assert "No pull-request results in the last 7 days" in html
+    assert "Results appear as soon as new/npu" in html
+
+
+def test_the_pr_page_shows_each_backend_and_a_summary(client):
+    s = scenario.build()
+
+    html = get(client, "/oot/pr/101/")
+
+    assert "Fix index_put" in html and "ciflow/oot/npu" in html and "aaaaaaa" in html
+    assert "2/7 passed" in html and "3 failed" in html and "1 running" in html
+    assert "1 earlier attempt" in html
+    assert "test failure" in html and "infrastructure failure" in html
+    assert s.backend.repo in html
+
+
+def test_the_pr_page_shows_waiting_and_lost_backends(client):
+    scenario.build()
+
+    assert "Waiting: dispatched" in get(client, "/oot/pr/104/")
+    assert "never called back" in get(client, "/oot/pr/103/")
+
+
+def test_the_job_page_shows_every_field_and_attempt(client):
+    s = scenario.build()
+
+    html = get(client, f"/oot/acme/npu/jobs/{s.test_failure.id}/")
+
+    assert "test/test_ops.py::test_a" in html
+    assert "10 passed, 1 failed, 0 skipped" in html
+    assert "All attempts of this job" in html
+    rerun = get(client, f"/oot/acme/npu/jobs/{s.rerun.id}/")
+    assert rerun.count('class="cell ') >= 3  # header letter + two attempt rows
+
+
+def test_the_metrics_page_draws_gaps_and_a_table(client):
+    scenario.build()
+
+    html = get(client, "/oot/metrics/?days=14")
+
+    assert "<svg" in html and "no runs" in html
+    assert "Day (UTC)" in html
+
+
+@pytest.mark.parametrize(
+    "url", ["/oot/nobody/nothing/", "/oot/pr/424242/", "/oot/acme/npu/jobs/999999/", "/oot/nobody/nothing/jobs/1/"]
+)
+def test_unknown_backends_prs_and_jobs_are_404(client, url):
+    scenario.build()
+
+    get(client, url, status=404)
+
+
+def test_a_job_of_another_backend_is_404(client, make_backend):
+    s = scenario.build()
+    make_backend("other/npu")
+
+    get(client, f"/oot/other/npu/jobs/{s.rerun.id}/", status=404)
+
+
+def test_the_pr_box_jumps_to_the_pr_page(client):
+    assert client.get("/oot/pr/?number=%23101")["Location"] == "/oot/pr/101/"
+    assert client.get("/oot/pr/?number=abc")["Location"] == "/oot/"
+
+
+def test_an_empty_allowlist_says_how_to_add_backends(client, db):
+    html = get(client, "/oot/")
+
+    assert "No backends yet" in html and "import_allowlist" in html
+    assert "No backends shown on the HUD yet" in get(client, "/oot/metrics/")
+
+
+def test_the_navigation_links_every_page_and_the_admin(client, db):
+    html = get(client, "/oot/")
+
+    for href in ('href="/oot/"', 'href="/oot/metrics/"', 'href="/admin/"', 'href="/api/schema/"', "/oot/pr/"):
+        assert href in html
+
+
+@pytest.mark.parametrize(
+    ("url", "queries"),
+    [
+        ("/oot/", 6),
+        ("/oot/?days=30&event=push", 8),
+        ("/oot/acme/npu/", 6),
+        ("/oot/pr/101/", 4),
+        ("/oot/acme/npu/jobs/{job}/", 4),
+        ("/oot/metrics/", 2),
+    ],
+)
+def test_query_counts_are_pinned(client, url, queries):
+    s = scenario.build()
+    for n in range(5):  # more rows must not mean more queries
+        scenario_extra(s, n)
+
+    with CaptureQueriesContext(connection) as captured:
+        get(client, url.format(job=s.rerun.id))
+
+    assert len(captured) == queries, [q["sql"][:120] for q in captured]
+
+
+def scenario_extra(s, n):
+    from tests.hud.builders import ago, dispatch, job, pull_request
+
+    pr = pull_request(200 + n, f"{n}" * 40)
+    job(s.backend, name=f"extra-{n}", dispatch_=dispatch(s.backend, sha=pr.head_sha, at=ago(hours=3), pr=pr))
+
+
+def test_every_page_renders_the_demo_data(client, db):
+    call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
+
+    overview = get(client, "/oot/")
+    assert "ascend/pytorch-npu" in overview and "meets L3 bar" in overview
+    assert "example/hello-backend" in overview
+    backend = get(client, "/oot/ascend/pytorch-npu/")
+    assert "npu-ci / build" in backend
+    assert "nightly / full-suite" in get(client, "/oot/ascend/pytorch-npu/?event=nightly&days=30")
+    from ootci.models import JobResult, PullRequest
+
+    pr = PullRequest.objects.order_by("-number").first()
+    assert pr.title in get(client, f"/oot/pr/{pr.number}/")
+    job = JobResult.objects.filter(backend__repo="ascend/pytorch-npu").first()
+    assert job.job_name in get(client, f"/oot/ascend/pytorch-npu/jobs/{job.id}/")
+    assert "ascend/pytorch-npu" in get(client, "/oot/metrics/?days=90")

@@ -1,0 +1,140 @@
+"""The zombie sweeper: in-progress jobs past ZOMBIE_TIMEOUT_HOURS become timed_out; lost dispatches are counted."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django.utils.module_loading import import_string
+from django_q.models import Schedule
+
+from ootci.models import Delivery, Dispatch, JobResult
+from relay import services, tasks
+from tests.fakes.oidc import reporter_body
+
+
+@pytest.fixture
+def make_job(make_backend):
+    backend = make_backend(repo="ascend/pytorch-npu")
+
+    def make(*, started_ago: timedelta, status: str = "in_progress", job_name: str = "test", **fields) -> JobResult:
+        started = timezone.now() - started_ago
+        return JobResult.objects.create(
+            backend=fields.pop("backend", backend),
+            delivery_id="d-1",
+            event_type="pull_request",
+            upstream_repo="pytorch/pytorch",
+            workflow_name="npu-ci",
+            job_name=job_name,
+            run_id="1",
+            status=status,
+            started_at=started,
+            created_at=started,
+            **fields,
+        )
+
+    return make
+
+
+def test_it_times_out_jobs_in_progress_for_too_long(make_job, settings):
+    settings.ZOMBIE_TIMEOUT_HOURS = 6
+    zombie = make_job(started_ago=timedelta(hours=7), job_name="zombie")
+    running = make_job(started_ago=timedelta(hours=5), job_name="running")
+    done = make_job(started_ago=timedelta(hours=9), job_name="done", status="completed", conclusion="success")
+
+    result = services.jobs_sweep()
+
+    assert result.timed_out == [zombie.pk]
+    zombie.refresh_from_db()
+    assert (zombie.status, zombie.conclusion, zombie.relay_decided, zombie.source) == (
+        "completed",
+        "timed_out",
+        True,
+        "sweeper",
+    )
+    assert 7 * 3600 <= zombie.execution_time < 7 * 3600 + 60
+    assert zombie.completed_at is not None
+    running.refresh_from_db()
+    done.refresh_from_db()
+    assert running.status == "in_progress"
+    assert (done.conclusion, done.relay_decided) == ("success", False)
+
+
+def test_sweeping_twice_concludes_a_job_once(make_job):
+    zombie = make_job(started_ago=timedelta(days=1))
+
+    assert services.jobs_sweep().timed_out == [zombie.pk]
+    first = JobResult.objects.get().updated_at
+    assert services.jobs_sweep().timed_out == []
+    assert JobResult.objects.get().updated_at == first
+
+
+def test_it_sweeps_in_batches(make_job, monkeypatch):
+    monkeypatch.setattr(services, "SWEEP_BATCH", 2)
+    zombies = [make_job(started_ago=timedelta(days=1), job_name=f"j{i}") for i in range(5)]
+
+    assert sorted(services.jobs_sweep().timed_out) == sorted(z.pk for z in zombies)
+
+
+def test_it_counts_dispatches_never_called_back_as_lost(make_backend, make_job, settings):
+    settings.ZOMBIE_TIMEOUT_HOURS = 6
+    shown, hidden = make_backend(repo="a/shown", level="L2"), make_backend(repo="b/hidden", level="L1")
+    long_ago = timezone.now() - timedelta(hours=8)
+    upstream = {"event": "pull_request", "upstream_repo": "pytorch/pytorch", "payload": {}}
+    delivery = Delivery.objects.create(delivery_id="d-1", **upstream)
+    fresh = Delivery.objects.create(delivery_id="d-2", **upstream)
+    lost = Dispatch.objects.create(delivery=delivery, backend=shown, status="sent", created_at=long_ago)
+    Dispatch.objects.create(delivery=delivery, backend=hidden, status="sent", created_at=long_ago)
+    answered = make_backend(repo="c/answered", level="L2")
+    called_back = Dispatch.objects.create(delivery=delivery, backend=answered, status="sent", created_at=long_ago)
+    make_job(started_ago=timedelta(hours=7), backend=answered, dispatch=called_back, status="completed")
+    Dispatch.objects.create(delivery=fresh, backend=shown, status="sent")  # still within its time
+
+    assert services.jobs_sweep().lost == 1
+    assert lost.jobs.count() == 0
+
+
+def test_a_genuine_completion_after_the_sweep_replaces_the_timeout(downstream, settings):
+    settings.ZOMBIE_TIMEOUT_HOURS = 1
+    ci = downstream()
+    dispatch = ci.dispatch()
+    assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
+    JobResult.objects.update(started_at=timezone.now() - timedelta(hours=2))
+    assert len(services.jobs_sweep().timed_out) == 1
+
+    response = ci.post(ci.body("pull_request.completed.failure", dispatch))
+
+    assert response.status_code == 200, response.text
+    job = JobResult.objects.get()
+    assert (job.conclusion, job.relay_decided, job.source) == ("failure", False, "callback")
+    assert job.execution_time >= 7200
+
+
+def test_it_leaves_completed_self_reports_alone(downstream):
+    ci = downstream()
+    assert ci.post(reporter_body("nightly.completed")).json()["duplicate"] is False
+
+    assert services.jobs_sweep().timed_out == []
+    assert ci.post(reporter_body("nightly.completed")).json()["duplicate"] is True
+
+
+def test_the_task_reports_its_counts(make_job):
+    make_job(started_ago=timedelta(days=2))
+
+    assert tasks.jobs_sweep() == {"timed_out": 1, "lost": 0}
+
+
+# Schedules are installed by migrations; transactional tests elsewhere flush them, so restore the migrated data.
+@pytest.mark.django_db(serialized_rollback=True)
+def test_the_sweeper_is_scheduled():
+    schedule = Schedule.objects.get(func="relay.tasks.jobs_sweep")
+
+    assert (schedule.schedule_type, schedule.minutes, schedule.repeats) == (Schedule.MINUTES, 10, -1)
+
+
+@pytest.mark.django_db(serialized_rollback=True)
+def test_every_scheduled_task_names_a_function_that_exists():
+    funcs = list(Schedule.objects.values_list("func", flat=True))
+
+    assert funcs
+    for func in funcs:
+        assert callable(import_string(func)), func
