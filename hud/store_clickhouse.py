@@ -9,7 +9,9 @@ database store this class extends; what it overrides are the reads over JobResul
   condition in WHERE, which ClickHouse applies after that merge;
 - the latest attempt of a job is ``argMax(…, (created_at, run_attempt, id))`` over the rows in the window;
 - ``quantileExactInclusive`` interpolates linearly between closest ranks, as ``percentile_cont`` does;
-- datetimes are bound as ``DateTime64(6)`` server-side parameters, so microseconds count as in PostgreSQL.
+- datetimes are bound as ``DateTime64(6)`` server-side parameters, so microseconds count as in PostgreSQL;
+- before FINAL merges, window reads are pruned by creation time and point reads by sorting key (``in_window``,
+  ``matching``), both conditions that every version of a wanted row meets.
 
 Each method reads through one ClickHouse session (one client, however many statements); a request shares
 one session across its methods (``queries.unit_of_work``). Driver failures surface as ``ClickHouseError``;
@@ -70,7 +72,7 @@ def in_window(where: str) -> str:
     that meets it. That minimum is read without FINAL, through the finished_at skip index.
     """
     first = f"SELECT min(created_at) FROM {clickhouse.TABLE} WHERE {where}"
-    return f"{clickhouse.TABLE} WHERE created_at >= ({first}) AND {where}"
+    return f"{clickhouse.TABLE} FINAL WHERE created_at >= ({first}) AND {where}"
 
 
 def matching(where: str) -> str:

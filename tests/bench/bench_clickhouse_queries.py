@@ -1,0 +1,109 @@
+"""Every HUD query on ClickHouse (chdb) and on PostgreSQL over the same 1,000,000 job results, in one run.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/ootci_chbench \\
+        .venv/bin/pytest -s -p no:cacheprovider tests/bench/bench_clickhouse_queries.py
+
+Seeds BENCH_ROWS job results (default 1,000,000, over 90 days; tests/bench/data.py) plus 20,000 dispatches, a
+tenth of them lost, in a test database of its own; copies them to chdb with `replicate()` (printing rows/s);
+then times each query function with the figure cache off: the median of BENCH_RUNS runs after one warm-up, on
+ClickHouse inside one open session (a page request opens one; its cost is printed on its own line) and on
+PostgreSQL. Targets: summary and matrix under 150 ms on ClickHouse (printed, not asserted: timings depend on
+the machine and what else runs on it).
+"""
+
+import os
+import statistics
+import time
+
+import pytest
+from django.utils import timezone
+from pytest_django.fixtures import _set_suffix_to_test_databases
+
+from hud import clickhouse, queries
+from ootci.models import JobResult
+from tests.bench.bench_hud import add_dispatches
+from tests.bench.data import seed_job_results
+
+ROWS = int(os.environ.get("BENCH_ROWS", 1_000_000))
+RUNS = int(os.environ.get("BENCH_RUNS", 5))
+TARGET_MS = 150
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings():
+    _set_suffix_to_test_databases("chbench")
+
+
+def median_ms(call) -> float:
+    call()  # warm-up
+    timings = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        call()
+        timings.append((time.perf_counter() - start) * 1000)
+    return statistics.median(timings)
+
+
+@pytest.mark.django_db
+def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path):
+    settings.HUD_CACHE_SECONDS = 0
+    url = f"chdb://{tmp_path / 'clickhouse'}"
+    began = time.perf_counter()
+    seeded = seed_job_results(ROWS, days=90)
+    add_dispatches(20_000)
+    print(f"\nseeded {seeded.job_results:,} job results over 90 days in {time.perf_counter() - began:.1f} s")
+
+    settings.CLICKHOUSE_URL = url
+    began = time.perf_counter()
+    sent = clickhouse.replicate()
+    took = time.perf_counter() - began
+    assert sent == seeded.job_results
+    print(f"replication: {sent:,} rows in {took:.1f} s = {sent / took:,.0f} rows/s")
+
+    now = timezone.now()
+    npu = queries.backend("bench/npu")
+    job = JobResult.objects.filter(backend=npu.id, pr_number__isnull=False).order_by("-created_at").first()
+    levels = {b.id: b.level for b in queries.backends()}
+    calls = {
+        "summary (/oot/, 7 days)": lambda: queries.overview(days=7, event="pull_request", now=now),
+        "summary, 30 days": lambda: queries.overview(days=30, event="pull_request", now=now),
+        "backend cards": lambda: queries.backend_stats(days=7, event="pull_request", backend_id=npu.id, now=now),
+        "matrix (7 days)": lambda: queries.backend_matrix(backend_id=npu.id, days=7, event="pull_request", now=now),
+        "matrix, failing, 30 days": lambda: queries.backend_matrix(
+            backend_id=npu.id, days=30, event="pull_request", failing_only=True, now=now
+        ),
+        "matrix, nightly, page 2": lambda: queries.backend_matrix(
+            backend_id=npu.id, days=30, event="nightly", page=2, now=now
+        ),
+        "PR view": lambda: queries.pull_request(job.pr_number),
+        "job view": lambda: queries.job_detail(backend_id=npu.id, job_id=job.id),
+        "metrics, 30 days": lambda: queries.metrics(days=30, event="pull_request", now=now),
+        "metrics, 90 days": lambda: queries.metrics(days=90, event="pull_request", now=now),
+        "eligibility": lambda: queries.eligibility(now=now, levels=levels),
+    }
+
+    opens = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        with clickhouse.client() as ch:
+            ch.query("SELECT 1")
+        opens.append((time.perf_counter() - start) * 1000)
+    print(f"chdb open + close, once per request: {statistics.median(opens):.1f} ms")
+
+    print(f"{'query':<28} {'ClickHouse':>11} {'PostgreSQL':>11} {'PG/CH':>7}  same")
+    slow = []
+    for name, call in calls.items():
+        settings.CLICKHOUSE_URL = url
+        with queries.unit_of_work():
+            ch_ms = median_ms(call)
+            on_clickhouse = call()
+            assert queries.fallback_reason() == "", queries.fallback_reason()
+        settings.CLICKHOUSE_URL = ""
+        pg_ms = median_ms(call)
+        same = call() == on_clickhouse
+        print(f"{name:<28} {ch_ms:9.1f}ms {pg_ms:9.1f}ms {pg_ms / ch_ms:6.1f}x  {'yes' if same else 'NO'}")
+        if name.startswith(("summary (", "matrix (")) and ch_ms > TARGET_MS:
+            slow.append(name)
+    verdict = f"over: {', '.join(slow)}" if slow else "met"
+    print(f"target (summary and matrix under {TARGET_MS} ms on ClickHouse): {verdict}")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -1,0 +1,164 @@
+"""The ClickHouse store (chdb) against the database store: the same data gives the same figures, query by query.
+
+Each test fills PostgreSQL, replicates to an embedded ClickHouse under tmp_path and computes every HUD figure
+twice through ``hud.queries``, once per store, with the same ``now``.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from hud import clickhouse, queries
+from ootci.models import JobResult, PullRequest
+from tests.hud import scenario
+from tests.hud.builders import ago, dispatch, job, pull_request
+
+pytestmark = pytest.mark.django_db
+
+WINDOWS = (1, 7, 30)
+
+
+@pytest.fixture
+def chdb_url(tmp_path) -> str:
+    return f"chdb://{tmp_path / 'clickhouse'}"
+
+
+def figures(*, now, backend_ids, pr_numbers, job_ids, events=queries.EVENTS, pages=(1, 2)) -> dict:
+    """Every figure the pages and the API show, keyed by what was asked."""
+    found: dict = {}
+    for event in events:
+        for days in WINDOWS:
+            found["overview", days, event] = queries.overview(days=days, event=event, now=now)
+            found["daily", days, event] = queries.daily_pass_rates(days=days, event=event, now=now)
+            for bid in backend_ids:
+                found["stats", days, event, bid] = queries.backend_stats(
+                    days=days, event=event, backend_id=bid, now=now
+                )
+                for failing in (False, True):
+                    for page in pages:
+                        found["matrix", days, event, bid, failing, page] = queries.backend_matrix(
+                            backend_id=bid, days=days, event=event, failing_only=failing, page=page, now=now
+                        )
+        for days in (14, 90):
+            found["metrics", days, event] = queries.metrics(days=days, event=event, now=now)
+    found["eligibility"] = queries.eligibility(now=now, levels={b.id: b.level for b in queries.backends()})
+    for number in pr_numbers:
+        found["pr", number] = queries.pull_request(number)
+    for bid in backend_ids:
+        for job_id in job_ids:
+            found["job", bid, job_id] = queries.job_detail(backend_id=bid, job_id=job_id)
+    return found
+
+
+def assert_same_figures(settings, url: str, **asked) -> dict:
+    now = timezone.now()
+    settings.CLICKHOUSE_URL = ""
+    from_database = figures(now=now, **asked)
+    settings.CLICKHOUSE_URL = url
+    with queries.unit_of_work():
+        assert queries.source() == "clickhouse"
+        from_clickhouse = figures(now=now, **asked)
+        assert queries.fallback_reason() == ""  # every figure came from ClickHouse, none from a fallback
+    assert from_clickhouse.keys() == from_database.keys()
+    for key, value in from_database.items():
+        assert from_clickhouse[key] == value, key
+    return from_clickhouse
+
+
+def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, chdb_url, make_backend):
+    s = scenario.build()
+    xpu = make_backend("intel/xpu", "L4", device="xpu")
+    listed = make_backend("quiet/npu", "L1")
+    pr = PullRequest.objects.get(number=101)
+    d = dispatch(xpu, sha=pr.head_sha, at=ago(days=3), pr=pr)
+    for n in range(1, 4):  # shard-10 sorts after shard-5; one shard is still running
+        job(xpu, name=f"shard-{n * 5}", conclusion="failure" if n == 2 else "success" if n < 3 else "", dispatch_=d)
+    job(listed, name="build", event_type="pull_request", pr_number=101, head_sha=pr.head_sha)
+    late_sha = job(xpu, name="lint", dispatch_=d, head_sha="")  # keyed by its delivery until the SHA is known
+    job(xpu, name="ut", conclusion="failure", dispatch_=d, failed_tests=["test_e"], failed=None)  # test failure
+    at = ago(hours=2)  # attempts reported in the same microsecond: the higher attempt is the latest, not the higher id
+    job(xpu, name="retry", dispatch_=d, run_id="9", run_attempt=2, started_at=at, created_at=at)
+    job(xpu, name="retry", conclusion="failure", dispatch_=d, run_id="9", run_attempt=1, started_at=at, created_at=at)
+    for _ in range(2):  # no SHA reported: each delivery is its own job
+        job(xpu, name="build", dispatch_=dispatch(xpu, sha="", at=ago(hours=3), event="push"))
+    pr105 = pull_request(105, "9" * 40, title="Dispatched again")
+    job(
+        s.backend,
+        name="build",
+        finished=ago(days=3),
+        dispatch_=dispatch(s.backend, sha="9" * 40, at=ago(days=3), pr=pr105),
+    )
+    again = dispatch(s.backend, sha="9" * 40, at=ago(hours=7), pr=pr105)  # lost: its row moves up to its time
+    gone = job(xpu, name="flaky", conclusion="failure", dispatch_=d)
+    settings.CLICKHOUSE_URL = chdb_url
+    clickhouse.replicate()
+    # Rows that change after a copy exist in ClickHouse in two versions until a merge: reads must see the newest.
+    running = JobResult.objects.get(backend=s.backend, job_name="run")
+    running.status, running.conclusion, running.completed_at = "completed", "failure", ago(minutes=5)
+    running.failed, running.failed_tests = 2, ["test_c", "test_d"]
+    running.save()
+    late_sha.head_sha = pr.head_sha
+    late_sha.save()
+    job(s.backend, name="test", dispatch_=s.test_failure.dispatch, run_id="78", run_attempt=2, queue_time=30)
+    clickhouse.replicate()
+    gone.delete()
+    assert clickhouse.prune_deleted() == 1
+    assert clickhouse.select(f"SELECT count() AS n FROM {clickhouse.TABLE}")[0]["n"] > JobResult.objects.count() + 1
+
+    found = assert_same_figures(
+        settings,
+        chdb_url,
+        backend_ids=[s.backend.id, xpu.id, listed.id],
+        pr_numbers=[101, 102, 103, 104, 999],
+        job_ids=[*JobResult.objects.values_list("id", flat=True), 10**9],
+    )
+
+    # The figures are the hand-counted ones, not two equally wrong answers: the re-run test job passed, the
+    # running one failed with tests.
+    counts = found["stats", 7, "pull_request", s.backend.id][s.backend.id].counts
+    assert (counts.successes, counts.test_failures, counts.infra_failures, counts.lost) == (4, 1, 4, 2)
+    xpu_counts = found["stats", 7, "pull_request", xpu.id][xpu.id].counts
+    assert (xpu_counts.successes, xpu_counts.test_failures, xpu_counts.infra_failures) == (3, 1, 1)  # none deleted
+    assert found["pr", 101].summary["jobs"] == 13
+    row = next(r for r in found["matrix", 7, "pull_request", s.backend.id, False, 1].rows if r.pr_number == 105)
+    assert (row.at, row.lost, list(row.cells)) == (again.created_at, 1, ["ci / build"])
+
+
+def test_the_demo_data_has_the_same_figures_in_both_stores(settings, chdb_url):
+    call_command("seed_demo", stdout=None)
+    settings.CLICKHOUSE_URL = chdb_url
+    clickhouse.replicate()
+    backends = queries.backends()
+    prs = list(PullRequest.objects.order_by("number").values_list("number", flat=True))
+    jobs = list(JobResult.objects.order_by("id").values_list("id", flat=True))
+
+    found = assert_same_figures(
+        settings,
+        chdb_url,
+        events=("pull_request", "nightly"),
+        backend_ids=[b.id for b in backends if b.level != "L1"][:4],
+        pr_numbers=prs[::20],
+        job_ids=jobs[::400],
+    )
+
+    overview = found["overview", 7, "pull_request"]
+    assert sum(r.stats.counts.total for rows in overview.sections.values() for r in rows) > 100
+    assert any(m.has_next for key, m in found.items() if key[0] == "matrix" and key[5] == 1)
+
+
+def test_windows_start_at_the_microsecond_in_both_stores(settings, chdb_url, make_backend):
+    backend = make_backend("edge/npu", "L2")
+    now = timezone.now()
+    edge = now - timedelta(days=7)
+    for n, offset in enumerate((-1, 0, 1)):  # a microsecond before, at, and after the window's start
+        job(backend, name=f"j{n}", event_type="push", finished=edge + timedelta(microseconds=offset))
+    settings.CLICKHOUSE_URL = chdb_url
+    clickhouse.replicate()
+
+    for url in ("", chdb_url):
+        settings.CLICKHOUSE_URL = url
+        stats = queries.backend_stats(days=7, event="push", now=now)[backend.id]
+        assert stats.counts.successes == 2, url
+        assert stats.last_run == edge + timedelta(microseconds=1)
