@@ -29,17 +29,20 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from time import monotonic
-from typing import Protocol
+from time import time as wall_time
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from hud import clickhouse
 
@@ -138,6 +141,16 @@ class Eligibility:
     @property
     def meets_l3(self) -> bool:
         return self.meets_success and self.meets_queue and self.meets_run_time
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The job-result figures of the overview, which a store computes from one latest-attempt selection."""
+
+    stats: dict[int, BackendStats]  # the window and event asked for
+    daily: dict[int, list[DayRate]]  # the sparkline window (days with runs only, as Store.daily)
+    weekly: dict[int, BackendStats]  # pull_request, the last 7 days: the L3 bar
+    pr_run_p90: dict[int, float]  # pull_request, the last 7 days
 
 
 @dataclass(frozen=True)
@@ -300,6 +313,9 @@ class Store(Protocol):
     ) -> dict[int, BackendStats]: ...
     def daily(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, list[DayRate]]: ...
     def pr_run_p90(self, *, since: datetime) -> dict[int, float]: ...
+    def summary(
+        self, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime
+    ) -> Summary: ...
     def relay_health(self, *, since: datetime) -> RelayHealth: ...
     def matrix(
         self, *, backend_id: int, since: datetime, event: str, failing_only: bool, page: int
@@ -383,6 +399,9 @@ class FallbackStore:
     def pr_run_p90(self, *, since: datetime) -> dict[int, float]:
         return self._read("pr_run_p90", since=since)
 
+    def summary(self, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime) -> Summary:
+        return self._read("summary", event=event, since=since, spark_since=spark_since, week_since=week_since)
+
     def relay_health(self, *, since: datetime) -> RelayHealth:
         return self._read("relay_health", since=since)
 
@@ -406,20 +425,64 @@ def rate(part: int, whole: int) -> float | None:
     return round(100.0 * part / whole, 1) if whole else None
 
 
-def cached(compute, name: str, *key, now: datetime | None = None):
-    """``compute()``, kept HUD_CACHE_SECONDS in the cache (the pages refresh every 60 s; the figures need not be
-    fresher). Calls with an explicit ``now`` (tests, parity checks) always compute."""
+# Every cached figure: its name → the store call that computes it from its cache key (and ``now``).
+FIGURES: dict[str, Callable[..., Any]] = {
+    "stats": lambda days, event, backend_id, now=None: store().backend_stats(
+        since=since(days, now), event=event, backend_id=backend_id
+    ),
+    "daily": lambda start, event, backend_id, now=None: store().daily(since=start, event=event, backend_id=backend_id),
+    "pr-run-p90": lambda now=None: store().pr_run_p90(since=since(7, now)),
+    "relay": lambda days, now=None: store().relay_health(since=since(days, now)),
+    "summary": lambda days, event, spark_since, now=None: store().summary(
+        event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now)
+    ),
+}
+# A cached figure is fresh for HUD_CACHE_SECONDS and kept this many times as long, served stale while a task
+# refreshes it; a figure nobody read for that long is computed by the request again.
+KEEP_FACTOR = 10
+REFRESH_LOCK_SECONDS = 300  # a refresh task that died frees its figure after this
+
+
+def cached(name: str, *key, now: datetime | None = None):
+    """``FIGURES[name](*key)``, served from the cache, stale-while-revalidate: the first request computes it; once it
+    is older than HUD_CACHE_SECONDS (the pages refresh every 60 s; the figures need not be fresher) a request still
+    gets it at once and enqueues one refresh task (a cache lock keeps refreshes of a figure from overlapping).
+    Calls with an explicit ``now`` (tests, parity checks) always compute."""
     seconds = settings.HUD_CACHE_SECONDS
     if now is not None or not seconds:
-        return compute()
+        return FIGURES[name](*key, now=now)
     answering = source()  # each store's figures under their own keys
-    cache_key = ":".join(["hud", answering, name, *map(str, key)])
-    value = cache.get(cache_key)
-    if value is None:
-        value = compute()
-        if source() == answering:  # not when ClickHouse failed during compute() and the database answered
-            cache.set(cache_key, value, seconds)
+    entry = cache.get(figure_key(answering, name, key))
+    if entry is None:
+        return figure_compute(name, key, answering)
+    computed_at, value = entry
+    lock = figure_key(answering, name, key, "lock")
+    if wall_time() - computed_at >= seconds and cache.add(lock, 1, REFRESH_LOCK_SECONDS):
+        transaction.on_commit(lambda: async_task("hud.tasks.figure_refresh", name, key, answering))
     return value
+
+
+def figure_key(answering: str, name: str, key: tuple, *suffix: str) -> str:
+    return ":".join(["hud", answering, name, *map(str, key), *suffix])
+
+
+def figure_compute(name: str, key: tuple, answering: str):
+    """Compute a figure and cache it, unless ClickHouse failed during the computation and the database answered."""
+    value = FIGURES[name](*key)
+    if source() == answering:
+        cache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS * KEEP_FACTOR)
+    return value
+
+
+def figure_refresh(*, name: str, key: tuple, answering: str) -> None:
+    """Recompute a stale cached figure (the task ``hud.tasks.figure_refresh``) and free its lock. Skipped while its
+    store is not the one answering (a ClickHouse outage): the stale copy is served until then."""
+    try:
+        with unit_of_work():
+            if source() == answering:
+                figure_compute(name, key, answering)
+    finally:
+        cache.delete(figure_key(answering, name, key, "lock"))
 
 
 def now_or(now: datetime | None) -> datetime:
@@ -453,14 +516,7 @@ def backend_stats(
     *, days: int, event: str, backend_id: int | None = None, now: datetime | None = None
 ) -> dict[int, BackendStats]:
     """Figures per backend id over the last ``days`` for ``event`` (see the module docstring)."""
-    return cached(
-        lambda: store().backend_stats(since=since(days, now), event=event, backend_id=backend_id),
-        "stats",
-        days,
-        event,
-        backend_id,
-        now=now,
-    )
+    return cached("stats", days, event, backend_id, now=now)
 
 
 def day_span(days: int, now: datetime | None = None) -> list[date]:
@@ -477,20 +533,23 @@ def daily_pass_rates(
     Days are whole UTC days (no partial first day); a day without runs has total 0 and no pass rate.
     Only backends with at least one counted job or lost dispatch in the span are keys.
     """
+    start = day_start(days, now)
+    found = cached("daily", start, event, backend_id, now=now)
+    return every_day(found, days, now)
+
+
+def day_start(days: int, now: datetime | None = None) -> datetime:
+    """The start of the first of the last ``days`` whole UTC days."""
+    return datetime.combine(day_span(days, now)[0], time.min, tzinfo=UTC)
+
+
+def every_day(found: dict[int, list[DayRate]], days: int, now: datetime | None = None) -> dict[int, list[DayRate]]:
+    """``Store.daily`` figures with the days without runs filled in (see daily_pass_rates)."""
     span = day_span(days, now)
-    start = datetime.combine(span[0], time.min, tzinfo=UTC)
-    found = cached(
-        lambda: store().daily(since=start, event=event, backend_id=backend_id),
-        "daily",
-        start,
-        event,
-        backend_id,
-        now=now,
-    )
     result = {}
-    for backend_id_, points in found.items():
+    for backend_id, points in found.items():
         by_day = {p.day: p for p in points}
-        result[backend_id_] = [by_day.get(d, DayRate(d, 0, 0)) for d in span]
+        result[backend_id] = [by_day.get(d, DayRate(d, 0, 0)) for d in span]
     return result
 
 
@@ -502,8 +561,15 @@ def eligibility(
     *, now: datetime | None = None, weekly: dict[int, BackendStats] | None = None, levels: dict[int, str]
 ) -> dict[int, Eligibility]:
     """Each backend against the L3 bar over the last 7 days of pull_request jobs (thresholds in settings)."""
-    weekly = weekly if weekly is not None else backend_stats(days=7, event="pull_request", now=now)
-    run_p90 = cached(lambda: store().pr_run_p90(since=since(7, now)), "pr-run-p90", now=now)
+    if weekly is None:
+        found = summary(days=7, event="pull_request", spark=False, now=now)
+        weekly, run_p90 = found.weekly, found.pr_run_p90
+    else:
+        run_p90 = cached("pr-run-p90", now=now)
+    return judge_all(levels, weekly, run_p90)
+
+
+def judge_all(levels: dict[int, str], weekly: dict[int, BackendStats], run_p90: dict[int, float]) -> dict:
     result = {}
     for backend_id, level in levels.items():
         stats = weekly.get(backend_id, BackendStats())
@@ -526,19 +592,25 @@ def judge(level: str, stats: BackendStats, pr_run_p90: float | None) -> Eligibil
     return Eligibility(success, stats.queue_p90, pr_run_p90, meets_success, meets_queue, meets_run, verdict)
 
 
+def summary(*, days: int, event: str, spark: bool = True, now: datetime | None = None) -> Summary:
+    """The overview's job-result figures (stats over ``days``, the SPARK_DAYS sparklines unless ``spark`` is off,
+    the L3 bar's week) from one pass over the latest attempts: one store call, one cache entry."""
+    spark_since = day_start(SPARK_DAYS, now) if spark else None
+    return cached("summary", days, event, spark_since, now=now)
+
+
 def relay_health(*, days: int, now: datetime | None = None) -> RelayHealth:
     """Deliveries received, dispatches by state (lost: L2+ only) and callback rejections in the window."""
-    return cached(lambda: store().relay_health(since=since(days, now)), "relay", days, now=now)
+    return cached("relay", days, now=now)
 
 
 def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
     """The /oot/ page: L4, L3, L2 tables (worst pass rate first; no data last) and the L1 list."""
     every = backends()
-    stats = backend_stats(days=days, event=event, now=now)
-    weekly = stats if (days, event) == (7, "pull_request") else None
-    spark = daily_pass_rates(days=SPARK_DAYS, event=event, now=now)
+    found = summary(days=days, event=event, now=now)
+    stats, spark = found.stats, every_day(found.daily, SPARK_DAYS, now)
     shown = [b for b in every if b.level in LEVELS_SHOWN]
-    judged = eligibility(now=now, weekly=weekly, levels={b.id: b.level for b in shown})
+    judged = judge_all({b.id: b.level for b in shown}, found.weekly, found.pr_run_p90)
     sections: dict[str, list[HealthRow]] = {level: [] for level in LEVELS_SHOWN}
     for b in shown:
         row_stats = stats.get(b.id, BackendStats())

@@ -7,7 +7,10 @@ database store this class extends; what it overrides are the reads over JobResul
 
 - the table is read ``FINAL`` (one row per job result, latest version, deleted ones left out), with the window
   condition in WHERE, which ClickHouse applies after that merge;
-- the latest attempt of a job is ``argMax(…, (created_at, run_attempt, id))`` over the rows in the window;
+- the latest attempt of a job is ``argMax(field, NEWEST)`` per field over the rows in the window, NEWEST being
+  (created_at, run_attempt, id) packed into one number; several windows share one grouping (``argMaxIf``);
+- the figures of one overview (stats, sparklines, the L3 bar) come from one statement (``figures_sql``), whose rows
+  ``store_db.collect`` reads as it reads the database store's;
 - ``quantileExactInclusive`` interpolates linearly between closest ranks, as ``percentile_cont`` does;
 - datetimes are bound as ``DateTime64(6)`` server-side parameters, so microseconds count as in PostgreSQL;
 - before FINAL merges, window reads are pruned by creation time and point reads by sorting key (``in_window``,
@@ -22,39 +25,79 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 
 from hud import clickhouse
 from hud import queries as q
-from hud.store_db import DatabaseStore, Dialect, as_date, fetch, latest_key, lost_sql, newest_first, outcome, seconds
+from hud.store_db import (
+    Ask,
+    DatabaseStore,
+    Dialect,
+    Windows,
+    collect,
+    fetch,
+    latest_key,
+    lost_selects,
+    lost_sql,
+    newest_first,
+    outcome,
+    seconds,
+    window_params,
+)
 from ootci.models import PullRequest
 
 SHA_KEY = "if(head_sha = '', delivery_id, head_sha)"
 SINCE = "{since:DateTime64(6, 'UTC')}"
 # What the figures need of a latest attempt. failed_tests holds json.dumps of a list, so "[]" is the empty one.
 LATEST = {
-    "status": "status",
-    "conclusion": "conclusion",
-    "has_tests": "(ifNull(failed, 0) > 0 OR failed_tests != '[]')",
-    "pr_number": "pr_number",
-    "queue_time": "queue_time",
-    "execution_time": "execution_time",
+    # The outcome (see store_db.outcome_sql) as a number, one cheap argMax instead of three; 5 is a timed-out infra.
+    "code": """multiIf(status != 'completed', 0, conclusion = 'success', 1, conclusion IN ('skipped', 'neutral'), 2,
+                       conclusion = 'failure' AND (ifNull(failed, 0) > 0 OR failed_tests != '[]'), 3,
+                       conclusion = 'timed_out', 5, 4)""",
+    # argMax skips NULL values (it would take an older attempt's), so NULLs travel as -1 or NaN (see NULLABLE).
+    "pr_number": "ifNull(toInt64(pr_number), -1)",
+    "queue_time": "ifNull(queue_time, nan)",
+    "execution_time": "ifNull(execution_time, nan)",
     "finished_at": "finished_at",
     "began": "coalesce(started_at, created_at)",
 }
-OUTCOME = """multiIf(status != 'completed', 'running', conclusion = 'success', 'success',
-                     conclusion IN ('skipped', 'neutral'), 'skipped', conclusion = 'failure' AND has_tests, 'test',
-                     'infra')"""
+NULLABLE = {
+    "pr_number": "if({0} < 0, NULL, {0})",
+    "queue_time": "if(isNaN({0}), NULL, {0})",
+    "execution_time": "if(isNaN({0}), NULL, {0})",
+}
+OUTCOME = "['running', 'success', 'skipped', 'test', 'infra', 'infra'][code + 1]"
 JOB_FIELDS = (
     "id, backend_id, event_type, pr_number, head_sha, delivery_id, workflow_name, job_name, run_id, run_attempt, "
     "check_run_id, status, conclusion, started_at, completed_at, created_at, finished_at, queue_time, "
     "execution_time, passed, failed, skipped, failed_tests, run_url, artifact_url, level, upstream_check_run_id, "
     "one_shot, relay_decided, source, upstream_repo"
 )
-STATS_FIELDS = ("pr_number", "queue_time", "execution_time", "finished_at")
+# (created_at, run_attempt, id), the order of attempts, as one number (64 + 32 + 64 bits).
+NEWEST = (
+    "bitOr(bitShiftLeft(toUInt256(toUnixTimestamp64Micro(created_at)), 96), "
+    "bitOr(bitShiftLeft(toUInt256(run_attempt), 64), toUInt256(id)))"
+)
+# What each figure (see store_db.NEEDS) reads of a latest attempt.
+FIGURE_FIELDS = {
+    "stats": ("finished_at", "pr_number", "queue_time", "execution_time"),
+    "daily": ("finished_at",),
+    "run": ("finished_at", "pr_number", "began"),
+}
+FIGURES = ("stats", "daily", "run")
+STATS, DAILY, RUN = 1, 2, 3  # positions in FIGURES, from 1
+IS_STATS = f"figure = {STATS}"
+STATS_AGGREGATES = f"""arrayUniq(groupArrayIf(pr_number, {IS_STATS})) AS prs,
+            quantileExactInclusiveIf(0.5)(queue_time, {IS_STATS}) AS queue_median,
+            quantileExactInclusiveIf(0.9)(queue_time, {IS_STATS}) AS queue_p90,
+            avgIf(queue_time, {IS_STATS}) AS queue_avg,
+            quantileExactInclusiveIf(0.5)(execution_time, {IS_STATS}) AS duration_median,
+            avgIf(execution_time, {IS_STATS}) AS duration_avg"""
+STATS_NONE = """0 AS prs, NULL AS queue_median, NULL AS queue_p90, NULL AS queue_avg, NULL AS duration_median,
+            NULL AS duration_avg"""
 # Attempts of one job as the database store finds them: the same head SHA, or (none reported) the same delivery.
 SAME_JOB = (
     "backend_id = {backend_id:UInt64} AND event_type = {event:String} AND workflow_name = {workflow:String} "
@@ -81,21 +124,113 @@ def matching(where: str) -> str:
     return f"{clickhouse.TABLE} FINAL WHERE {KEY} IN (SELECT {KEY} FROM {clickhouse.TABLE} WHERE {where}) AND {where}"
 
 
-def latest_sql(*fields: str, backend: bool = False) -> str:
-    """Latest attempts of the jobs of one event finished in the window: one row each with ``fields`` and outcome."""
-    where = f"event_type = {{event:String}} AND finished_at >= {SINCE}"
+def window_condition(name: str, since: str = "since") -> str:
+    return f"event_type = {{{name}_event:String}} AND finished_at >= {{{name}_{since}:DateTime64(6, 'UTC')}}"
+
+
+def latest_sql(
+    windows: Windows, *fields: str, backend: bool = False, needs: dict[str, tuple[str, ...]] | None = None
+) -> str:
+    """Latest attempts of the jobs finished in each window (name → (event, since); parameters as
+    ``window_parameters``): one row per window and job with the window's position ``w``, backend_id, sha, ``fields``,
+    outcome and timed_out (1 for a timed-out infrastructure failure). ``needs`` names the fields each window's
+    figures read (default: all); the others hold any value.
+
+    One GROUP BY over the union of the windows picks each field of the latest attempt within each window
+    (argMaxIf), so several windows cost one read and one grouping; one typed argMax per field over one number
+    (NEWEST) is several times cheaper than argMax of a tuple by a tuple.
+    """
+    ranges: dict[str, str] = {}
+    for name, (event, _) in windows.items():
+        ranges.setdefault(event, name)  # one condition per event, from its earliest window
+    where = " OR ".join(f"({window_condition(name, 'from')})" for name in ranges.values())
     if backend:
-        where += " AND backend_id = {backend_id:UInt64}"
-    names = ["status", "conclusion", "has_tests", *fields]
-    picked = ", ".join(f"l.{n} AS {name}" for n, name in enumerate(names, start=1))
+        where = f"({where}) AND backend_id = {{backend_id:UInt64}}"
+    names = ["code", *fields]
+    key = "backend_id, sha, workflow_name, job_name" + (", event_type" if len(ranges) > 1 else "")
+    if len(windows) == 1:
+        (w,) = windows
+        per_job = ", ".join(f"argMax({LATEST[n]}, {NEWEST}) AS l_{n}" for n in names)
+        picked = "0 AS w, " + ", ".join(f"{restored(n, f'l_{n}')} AS {n}" for n in names)
+        keep = ""
+    else:
+        wanted = {w: ["code", *(needs or {}).get(w, fields)] for w in windows}
+        source = {n: next(w for w in windows if n in wanted[w]) for n in names}  # a window that reads field n
+        per_job = ", ".join(
+            [f"countIf({window_condition(w)}) AS n_{w}" for w in windows]
+            + [f"argMaxIf({LATEST[n]}, {NEWEST}, {window_condition(w)}) AS {n}_{w}" for w in windows for n in wanted[w]]
+        )
+        picked = "t.1 AS w, " + ", ".join(f"{restored(n, f't.{i}')} AS {n}" for i, n in enumerate(names, start=3))
+        each = ", ".join(
+            f"({i}, n_{w}, {', '.join(f'{n}_{w if n in wanted[w] else source[n]}' for n in names)})"
+            for i, w in enumerate(windows)
+        )
+        keep = f"ARRAY JOIN [{each}] AS t WHERE t.2 > 0"  # a row per window in which the job has an attempt
     return f"""
-    SELECT backend_id, sha, {picked}, {OUTCOME} AS outcome
+    SELECT backend_id, sha, {picked}, {OUTCOME} AS outcome, code = 5 AS timed_out
     FROM (
-        SELECT backend_id, {SHA_KEY} AS sha,
-               argMax(({", ".join(LATEST[n] for n in names)}), (created_at, run_attempt, id)) AS l
+        SELECT backend_id, {SHA_KEY} AS sha, {per_job}
         FROM {in_window(where)}
-        GROUP BY backend_id, sha, workflow_name, job_name
-    )"""
+        GROUP BY {key}
+    ) {keep}"""
+
+
+def restored(name: str, value: str) -> str:
+    return NULLABLE[name].format(value) if name in NULLABLE else value
+
+
+def window_parameters(windows: Windows, **extra: Any) -> dict[str, Any]:
+    """Query parameters of ``latest_sql`` (and ``extra``)."""
+    found: dict[str, Any] = dict(extra)
+    earliest: dict[str, tuple[str, datetime]] = {}
+    for name, (event, since) in windows.items():
+        found[f"{name}_event"], found[f"{name}_since"] = event, since
+        first, at = earliest.get(event, (name, since))
+        earliest[event] = (first, min(at, since))
+    for first, at in earliest.values():
+        found[f"{first}_from"] = at
+    return found
+
+
+def figures_sql(windows: Windows, asks: list[Ask], *, backend: bool) -> str:
+    """The figure rows (as ``store_db.collect`` reads them) of ``asks``, in one statement: each latest attempt is
+    counted once in each figure of its window (ARRAY JOIN); a first GROUP BY makes the figures' groups, and the PR
+    runs of the "run" figure, which a second GROUP BY folds into their p90. The stats aggregates are -If ones, so
+    the many PR-run groups carry empty states."""
+    kinds = {w: [kind for kind, ww in asks if ww == w] for w in windows}
+    needs = {w: tuple(dict.fromkeys(f for kind in kinds[w] for f in FIGURE_FIELDS[kind])) for w in windows}
+    fields = tuple(dict.fromkeys(f for w in windows for f in needs[w]))
+    # Windows and figures are numbers inside (positions in ``windows`` from 0, in FIGURES from 1), names at the end.
+    sets = ", ".join(
+        f"w = {i}, [{', '.join(str(FIGURES.index(k) + 1) for k in kinds[w])}]" for i, w in enumerate(windows)
+    )
+    names = ", ".join(f"'{w}'" for w in windows)
+    run_pr = f"if(figure = {RUN}, pr_number, NULL)" if "began" in fields else "NULL"
+    return f"""
+    SELECT concat({list(FIGURES)}[figure], ':', [{names}][w + 1]) AS kind, backend_id,
+        if(figure = {DAILY}, day_key, NULL) AS day,
+        any(successes) AS successes, any(test_failures) AS test_failures, any(infra_failures) AS infra_failures,
+        any(running) AS running, any(skipped) AS skipped, any(timed_outs) AS timed_out, any(prs) AS prs,
+        any(queue_median) AS queue_median, any(queue_p90) AS queue_p90, any(queue_avg) AS queue_avg,
+        any(duration_median) AS duration_median, any(duration_avg) AS duration_avg, any(last_run) AS last_run,
+        any(ok) AS ok, any(total) AS total, quantileExactInclusiveIf(0.9)(span, figure = {RUN}) AS p90
+    FROM (
+        SELECT figure, w, backend_id, if(figure = {DAILY}, toDate(finished_at), toDate(0)) AS day_key,
+            {run_pr} AS run_pr,
+            if(figure = {RUN}, sha, '') AS run_sha,
+            countIf(outcome = 'success') AS successes, countIf(outcome = 'test') AS test_failures,
+            countIf(outcome = 'infra') AS infra_failures, countIf(outcome = 'running') AS running,
+            countIf(outcome = 'skipped') AS skipped, countIf(timed_out) AS timed_outs,
+            {STATS_AGGREGATES if "queue_time" in fields else STATS_NONE},
+            max(finished_at) AS last_run, countIf(outcome = 'success') AS ok,
+            countIf(outcome IN ('success', 'test', 'infra')) AS total,
+            {"dateDiff('microsecond', min(began), max(finished_at)) / 1e6" if "began" in fields else "0"} AS span
+        FROM ({latest_sql(windows, *fields, backend=backend, needs=needs)})
+        ARRAY JOIN multiIf({sets}, []) AS figure
+        WHERE figure != {RUN} OR outcome != 'running'
+        GROUP BY figure, w, backend_id, day_key, run_pr, run_sha
+    )
+    GROUP BY figure, w, backend_id, day_key"""
 
 
 def select(sql: str, **parameters: Any) -> list[dict[str, Any]]:
@@ -141,81 +276,17 @@ def job_from_row(r: dict[str, Any]) -> q.Job:
 
 
 class ClickHouseStore(DatabaseStore):
-    def backend_stats(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, q.BackendStats]:
-        sql = f"""
-        SELECT backend_id,
-            countIf(outcome = 'success') AS successes, countIf(outcome = 'test') AS test_failures,
-            countIf(outcome = 'infra') AS infra_failures, countIf(outcome = 'running') AS running,
-            countIf(outcome = 'skipped') AS skipped,
-            countIf(outcome = 'infra' AND conclusion = 'timed_out') AS timed_out,
-            uniqExact(pr_number) AS prs,
-            quantileExactInclusive(0.5)(queue_time) AS queue_median,
-            quantileExactInclusive(0.9)(queue_time) AS queue_p90, avg(queue_time) AS queue_avg,
-            quantileExactInclusive(0.5)(execution_time) AS duration_median, avg(execution_time) AS duration_avg,
-            max(finished_at) AS last_run
-        FROM ({latest_sql(*STATS_FIELDS, backend=backend_id is not None)}) GROUP BY backend_id"""
+    def _figures(self, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> dict[Ask, Any]:
+        backend = backend_id is not None
         with clickhouse.session():
-            rows = {r["backend_id"]: r for r in select(sql, since=since, event=event, backend_id=backend_id)}
-        d = Dialect()
-        lost = self._lost(d, self._params(d, since, event=event, backend_id=backend_id), backend_id)
-        result = {}
-        for bid in set(rows) | set(lost):
-            r = rows.get(bid, {})
-            counts = q.Counts(
-                successes=int(r.get("successes") or 0),
-                test_failures=int(r.get("test_failures") or 0),
-                infra_failures=int(r.get("infra_failures") or 0) + lost.get(bid, 0),
-                lost=lost.get(bid, 0),
-                running=int(r.get("running") or 0),
-                skipped=int(r.get("skipped") or 0),
-                timed_out=int(r.get("timed_out") or 0),
+            rows = select(
+                figures_sql(windows, asks, backend=backend), **window_parameters(windows, backend_id=backend_id)
             )
-            result[bid] = q.BackendStats(
-                counts=counts,
-                prs=int(r.get("prs") or 0),
-                queue_median=seconds(r.get("queue_median")),
-                queue_p90=seconds(r.get("queue_p90")),
-                queue_avg=seconds(r.get("queue_avg")),
-                duration_median=seconds(r.get("duration_median")),
-                duration_avg=seconds(r.get("duration_avg")),
-                last_run=r.get("last_run"),
-            )
-        return dict(sorted(result.items()))
-
-    def daily(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, list[q.DayRate]]:
-        sql = f"""
-        SELECT backend_id, toDate(finished_at) AS day, countIf(outcome = 'success') AS ok,
-               countIf(outcome IN ('success', 'test', 'infra')) AS total
-        FROM ({latest_sql("finished_at", backend=backend_id is not None)}) GROUP BY backend_id, day"""
-        with clickhouse.session():
-            found = select(sql, since=since, event=event, backend_id=backend_id)
         d = Dialect()
-        lost = fetch(
-            f"SELECT dp.backend_id AS backend_id, {d.day('dp.created_at')} AS day, 0 AS ok, COUNT(*) AS total "
-            f"{lost_sql(backend=backend_id is not None)} GROUP BY dp.backend_id, {d.day('dp.created_at')}",
-            self._params(d, since, event=event, backend_id=backend_id),
-        )
-        sums: dict[int, dict[date, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-        for r in [*found, *lost]:
-            cell = sums[r["backend_id"]][as_date(r["day"])]
-            cell[0] += int(r["ok"])
-            cell[1] += int(r["total"])
-        return {
-            bid: [q.DayRate(day, ok, total) for day, (ok, total) in sorted(days.items()) if total]
-            for bid, days in sorted(sums.items())
-        }
-
-    def pr_run_p90(self, *, since: datetime) -> dict[int, float]:
-        sql = f"""
-        SELECT backend_id, quantileExactInclusive(0.9)(span) AS p90
-        FROM (
-            SELECT backend_id, dateDiff('microsecond', min(began), max(finished_at)) / 1e6 AS span
-            FROM ({latest_sql("pr_number", "began", "finished_at")}) WHERE outcome != 'running'
-            GROUP BY backend_id, pr_number, sha
-        ) GROUP BY backend_id"""
-        with clickhouse.session():
-            rows = select(sql, since=since, event="pull_request")
-        return {r["backend_id"]: seconds(r["p90"]) for r in rows if r["p90"] is not None}
+        lost = lost_selects(d, asks, backend=backend)
+        if lost:
+            rows += fetch(" UNION ALL ".join(lost), window_params(d, windows, backend_id=backend_id))
+        return collect(asks, rows)
 
     def matrix(
         self, *, backend_id: int, since: datetime, event: str, failing_only: bool, page: int
@@ -225,11 +296,12 @@ class ClickHouseStore(DatabaseStore):
         # The page of the union of ClickHouse's SHA rows and the lost dispatches: ClickHouse's first `wanted` rows,
         # plus the rows of SHAs that also have a lost dispatch (whose time or failure that dispatch may change).
         wanted = offset + q.PER_PAGE + 1
+        windows = {"m": (event, since)}
         grouped = f"""
         SELECT pr_number, sha, max(finished_at) AS at, countIf(outcome IN ('test', 'infra')) AS bad
-        FROM ({latest_sql("pr_number", "finished_at", backend=True)})"""
+        FROM ({latest_sql(windows, "pr_number", "finished_at", backend=True)})"""
         having = "HAVING bad > 0" if failing_only else ""
-        params = {"since": since, "event": event, "backend_id": backend_id}
+        params = window_parameters(windows, backend_id=backend_id)
         with clickhouse.session():
             found = select(f"{grouped} GROUP BY pr_number, sha {having} ORDER BY at DESC, sha LIMIT {wanted}", **params)
             if lost:

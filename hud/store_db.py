@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, date, datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -61,6 +62,10 @@ class Dialect:
     def param(self, value: datetime):
         return connection.ops.adapt_datetimefield_value(value)
 
+    def null(self, sql_type: str) -> str:
+        """A typed NULL: PostgreSQL resolves the column types of a UNION pairwise, so an untyped NULL can clash."""
+        return f"CAST(NULL AS {sql_type})" if self.pg else "NULL"
+
 
 def outcome_sql(d: Dialect) -> str:
     """The outcome of one report (see hud.queries); :func:`outcome` is the same rule in Python."""
@@ -73,42 +78,69 @@ def outcome_sql(d: Dialect) -> str:
             ELSE 'infra' END"""
 
 
-def latest_sql(d: Dialect, *, backend: bool = False, columns: tuple[str, ...] = ()) -> str:
-    """``latest``: the latest attempts of the jobs finished in the window (see hud.queries), with backend_id,
-    finished, outcome and the ``columns`` asked for (names of LATEST_COLUMNS).
+def latest_sql(d: Dialect, windows: dict[str, tuple[str, datetime]], *, backend: bool = False, columns=()) -> str:
+    """``latest``: the latest attempts of the jobs finished in each window (see hud.queries), with backend_id,
+    event_type, finished, outcome, the ``columns`` asked for (names of LATEST_COLUMNS) and per window ``w`` a flag
+    ``in_w`` (1: this row is the latest attempt of its job among the jobs' reports in window ``w``).
 
-    The finish-time index narrows the rows to the window before anything is sorted, and only the columns the
-    caller reads ride through the sort that picks the latest attempt: that sort is most of the cost. The
-    event is fixed by the WHERE clause, so it need not be part of the partition.
+    ``windows`` maps names to (event, since); their parameters are ``w_event`` and ``w_since`` (:func:`window_params`).
+    The finish-time index narrows the rows to the windows before anything is sorted, and only the columns the
+    caller reads ride through the sort that picks the latest attempts: that sort is most of the cost, so several
+    windows share one. With one window, ROW_NUMBER picks its latest attempts. With several, one running MAX over
+    the same order finds, for each report, the latest finish time of the newer reports of its job: a report is
+    the latest attempt within window ``w`` when it finished in ``w`` and no newer report of its job did.
     """
-    where = f"{FINISHED} >= %(since)s AND j.event_type = %(event)s"
+    ranges: dict[str, str] = {}
+    for name, (event, _) in windows.items():
+        ranges.setdefault(event, name)  # one condition per event, from its earliest window
+    where = " OR ".join(
+        f"(j.event_type = %({name}_event)s AND {FINISHED} >= %(from_{name})s)" for name in ranges.values()
+    )
     if backend:
-        where += " AND j.backend_id = %(backend_id)s"
+        where = f"({where}) AND j.backend_id = %(backend_id)s"
     picked = "".join(f", {LATEST_COLUMNS[name]} AS {name}" for name in columns)
     partition = f"{d.bytewise(SHA_KEY)}, j.backend_id, j.workflow_name, j.job_name"
+    if len(ranges) > 1:
+        partition += ", j.event_type"
+    if len(windows) == 1:
+        (name,) = windows
+        ranking = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {LATEST_ORDER}) AS rn"
+        flags, keep = f"1 AS in_{name}", "rn = 1"
+    else:
+        ranking = (
+            f"MAX({FINISHED}) OVER (PARTITION BY {partition} ORDER BY {LATEST_ORDER}"
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newer"
+        )
+        flags = ", ".join(
+            f"CASE WHEN event_type = %({w}_event)s AND finished >= %({w}_since)s"
+            f" AND (newer IS NULL OR newer < %({w}_since)s) THEN 1 ELSE 0 END AS in_{w}"
+            for w in windows
+        )
+        keep = "newer IS NULL OR newer < finished"  # the latest attempt in at least one window
     return f"""
     WITH ranked AS (
-        SELECT j.backend_id, {FINISHED} AS finished, {outcome_sql(d)} AS outcome{picked},
-               ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {LATEST_ORDER}) AS rn
+        SELECT j.backend_id, j.event_type, {FINISHED} AS finished, {outcome_sql(d)} AS outcome{picked}, {ranking}
         FROM ootci_jobresult j WHERE {where}
     ), latest AS (
-        SELECT * FROM ranked WHERE rn = 1
+        SELECT ranked.*, {flags} FROM ranked WHERE {keep}
     )"""
 
 
-def lost_sql(*, event: bool = True, backend: bool = False, with_pr: bool = False) -> str:
-    """Dispatches of L2+ backends sent (or pending) before the zombie cut-off that never called back."""
+def lost_sql(*, event: bool = True, backend: bool = False, with_pr: bool = False, window: str = "") -> str:
+    """Dispatches of L2+ backends sent (or pending) before the zombie cut-off that never called back (in ``window``:
+    its ``w_since`` and ``w_event`` parameters; else ``since`` and ``event``)."""
+    prefix = f"{window}_" if window else ""
     join = "LEFT JOIN ootci_pullrequest pr ON pr.id = dl.pull_request_id" if with_pr else ""
     where = ""
     if event:
-        where += " AND dl.event = %(event)s"
+        where += f" AND dl.event = %({prefix}event)s"
     if backend:
         where += " AND dp.backend_id = %(backend_id)s"
     return f"""
         FROM ootci_dispatch dp
         JOIN ootci_delivery dl ON dl.id = dp.delivery_id {join}
         JOIN ootci_backend b ON b.id = dp.backend_id
-        WHERE dp.status IN ('sent', 'pending') AND dp.created_at >= %(since)s AND dp.created_at < %(zombie)s
+        WHERE dp.status IN ('sent', 'pending') AND dp.created_at >= %({prefix}since)s AND dp.created_at < %(zombie)s
           AND b.level IN {SHOWN_LEVELS} {where}
           AND NOT EXISTS (SELECT 1 FROM ootci_jobresult x WHERE x.dispatch_id = dp.id)"""
 
@@ -118,6 +150,204 @@ def fetch(sql: str, params: dict) -> list[dict]:
         cursor.execute(sql, params)
         names = [c[0] for c in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+# --- figures: several in one statement over one latest-attempt selection ------------------------------------------
+
+# A figure is asked for as (kind, window name); kinds: "stats" (BackendStats per backend, lost dispatches included),
+# "daily" (DayRates per backend, only days with a total) and "run" (p90 of PR run time per backend).
+Ask = tuple[str, str]
+Windows = dict[str, tuple[str, datetime]]  # name → (event, since)
+# What each kind reads of a latest attempt, beyond backend_id, finished and outcome.
+NEEDS = {
+    "stats": ("pr_number", "conclusion", "queue_time", "execution_time"),
+    "daily": (),
+    "run": ("pr_number", "sha", "began"),
+}
+# Every figure row has these columns (a statement is a UNION ALL of one SELECT per figure), after ``kind``.
+FIGURE_COLUMNS = {
+    "backend_id": "bigint",
+    "day": "date",
+    "successes": "bigint",
+    "test_failures": "bigint",
+    "infra_failures": "bigint",
+    "running": "bigint",
+    "skipped": "bigint",
+    "timed_out": "bigint",
+    "prs": "bigint",
+    "queue_median": "double precision",
+    "queue_p90": "double precision",
+    "queue_avg": "double precision",
+    "duration_median": "double precision",
+    "duration_avg": "double precision",
+    "last_run": "timestamp with time zone",
+    "ok": "bigint",
+    "total": "bigint",
+    "p90": "double precision",
+}
+
+
+def window_params(d: Dialect, windows: Windows, *, backend_id: int | None = None) -> dict:
+    params = {"zombie": d.param(q.zombie_before()), "backend_id": backend_id}
+    earliest: dict[str, tuple[str, datetime]] = {}  # event → (its first window's name, the earliest since)
+    for name, (event, since) in windows.items():
+        params[f"{name}_event"], params[f"{name}_since"] = event, d.param(since)
+        first, at = earliest.get(event, (name, since))
+        earliest[event] = (first, min(at, since))
+    for first, at in earliest.values():
+        params[f"from_{first}"] = d.param(at)
+    return params
+
+
+def figure_select(d: Dialect, kind: str, tail: str, **columns: str) -> str:
+    picked = ", ".join(f"{columns.get(name, d.null(t))} AS {name}" for name, t in FIGURE_COLUMNS.items())
+    return f"SELECT '{kind}' AS kind, {picked} {tail}"
+
+
+def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
+    """One SELECT over ``latest`` per figure asked for."""
+    selects = []
+    for kind, w in asks:
+        mine = f"FROM latest WHERE in_{w} = 1"
+        if kind == "stats":
+            selects.append(
+                figure_select(
+                    d,
+                    f"stats:{w}",
+                    f"{mine} GROUP BY backend_id",
+                    backend_id="backend_id",
+                    successes="SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END)",
+                    test_failures="SUM(CASE WHEN outcome = 'test' THEN 1 ELSE 0 END)",
+                    infra_failures="SUM(CASE WHEN outcome = 'infra' THEN 1 ELSE 0 END)",
+                    running="SUM(CASE WHEN outcome = 'running' THEN 1 ELSE 0 END)",
+                    skipped="SUM(CASE WHEN outcome = 'skipped' THEN 1 ELSE 0 END)",
+                    timed_out="SUM(CASE WHEN outcome = 'infra' AND conclusion = 'timed_out' THEN 1 ELSE 0 END)",
+                    prs="COUNT(DISTINCT pr_number)",
+                    queue_median=d.pct("queue_time", 0.5),
+                    queue_p90=d.pct("queue_time", 0.9),
+                    queue_avg="AVG(queue_time)",
+                    duration_median=d.pct("execution_time", 0.5),
+                    duration_avg="AVG(execution_time)",
+                    last_run="MAX(finished)",
+                )
+            )
+        elif kind == "daily":
+            day = d.day("finished")
+            selects.append(
+                figure_select(
+                    d,
+                    f"daily:{w}",
+                    f"{mine} GROUP BY backend_id, {day}",
+                    backend_id="backend_id",
+                    day=day,
+                    ok="SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END)",
+                    total="SUM(CASE WHEN outcome IN ('success', 'test', 'infra') THEN 1 ELSE 0 END)",
+                )
+            )
+        else:
+            per_pr = (
+                f"SELECT backend_id, {d.seconds('MAX(finished)', 'MIN(began)')} AS span {mine} "
+                "AND outcome <> 'running' GROUP BY backend_id, pr_number, sha"
+            )
+            tail = f"FROM ({per_pr}) per_pr GROUP BY backend_id"
+            selects.append(figure_select(d, f"run:{w}", tail, backend_id="backend_id", p90=d.pct("span", 0.9)))
+    return selects
+
+
+def lost_selects(d: Dialect, asks: list[Ask], *, backend: bool) -> list[str]:
+    """The lost dispatches the figures asked for count (from the database, whichever store reads job results)."""
+    selects = []
+    for kind, w in asks:
+        lost = lost_sql(backend=backend, window=w)
+        if kind == "stats":
+            tail = f"{lost} GROUP BY dp.backend_id"
+            selects.append(figure_select(d, f"lost:{w}", tail, backend_id="dp.backend_id", total="COUNT(*)"))
+        elif kind == "daily":
+            day = d.day("dp.created_at")
+            tail = f"{lost} GROUP BY dp.backend_id, {day}"
+            selects.append(
+                figure_select(d, f"lostday:{w}", tail, backend_id="dp.backend_id", day=day, ok="0", total="COUNT(*)")
+            )
+    return selects
+
+
+def collect(asks: list[Ask], rows: list[dict]) -> dict[Ask, Any]:
+    """The figures asked for, from the rows of figure_selects and lost_selects (from either store)."""
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_kind[r["kind"]].append(r)
+    found: dict[Ask, Any] = {}
+    for kind, w in asks:
+        if kind == "stats":
+            lost = {r["backend_id"]: int(r["total"]) for r in by_kind[f"lost:{w}"]}
+            found[kind, w] = stats_from({r["backend_id"]: r for r in by_kind[f"stats:{w}"]}, lost)
+        elif kind == "daily":
+            found[kind, w] = daily_from([*by_kind[f"daily:{w}"], *by_kind[f"lostday:{w}"]])
+        else:
+            found[kind, w] = {r["backend_id"]: seconds(r["p90"]) for r in by_kind[f"run:{w}"] if r["p90"] is not None}
+    return found
+
+
+def stats_from(rows: dict[int, dict], lost: dict[int, int]) -> dict[int, q.BackendStats]:
+    result = {}
+    for bid in set(rows) | set(lost):
+        r = rows.get(bid, {})
+        counts = q.Counts(
+            successes=int(r.get("successes") or 0),
+            test_failures=int(r.get("test_failures") or 0),
+            infra_failures=int(r.get("infra_failures") or 0) + lost.get(bid, 0),
+            lost=lost.get(bid, 0),
+            running=int(r.get("running") or 0),
+            skipped=int(r.get("skipped") or 0),
+            timed_out=int(r.get("timed_out") or 0),
+        )
+        result[bid] = q.BackendStats(
+            counts=counts,
+            prs=int(r.get("prs") or 0),
+            queue_median=seconds(r.get("queue_median")),
+            queue_p90=seconds(r.get("queue_p90")),
+            queue_avg=seconds(r.get("queue_avg")),
+            duration_median=seconds(r.get("duration_median")),
+            duration_avg=seconds(r.get("duration_avg")),
+            last_run=as_datetime(r.get("last_run")),
+        )
+    return dict(sorted(result.items()))
+
+
+def daily_from(rows: list[dict]) -> dict[int, list[q.DayRate]]:
+    sums: dict[int, dict[date, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for r in rows:
+        cell = sums[r["backend_id"]][as_date(r["day"])]
+        cell[0] += int(r["ok"])
+        cell[1] += int(r["total"])
+    return {
+        bid: [q.DayRate(day, ok, total) for day, (ok, total) in sorted(days.items()) if total]
+        for bid, days in sorted(sums.items())
+    }
+
+
+def summary_asks(*, event: str, since: datetime, spark_since: datetime | None, week_since: datetime) -> tuple:
+    """The windows and figures of ``Store.summary``: a window asked for twice is one window."""
+    windows: Windows = {}
+    names: dict[tuple[str, datetime], str] = {}
+
+    def window(event_: str, since_: datetime) -> str:
+        name = names.setdefault((event_, since_), f"w{len(names)}")
+        windows[name] = (event_, since_)
+        return name
+
+    stats, week = window(event, since), window("pull_request", week_since)
+    asks: list[Ask] = [("stats", stats), ("stats", week), ("run", week)]
+    if spark_since is not None:
+        asks.append(("daily", window(event, spark_since)))
+    return windows, list(dict.fromkeys(asks))
+
+
+def summary_from(found: dict[Ask, Any], windows: Windows, *, event: str, since: datetime, week_since: datetime):
+    names = {v: k for k, v in windows.items()}
+    stats, week = names[event, since], names["pull_request", week_since]
+    daily = next((v for (kind, _), v in found.items() if kind == "daily"), {})
+    return q.Summary(found["stats", stats], daily, found["stats", week], found["run", week])
 
 
 def as_datetime(value) -> datetime | None:
@@ -203,98 +433,27 @@ class DatabaseStore:
     def _params(self, d: Dialect, since: datetime, **extra) -> dict:
         return {"since": d.param(since), "zombie": d.param(q.zombie_before()), **extra}
 
-    def backend_stats(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, q.BackendStats]:
+    def _figures(self, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> dict[Ask, Any]:
+        """The figures asked for, in one statement: one latest-attempt selection shared by every figure."""
         d = Dialect()
-        params = self._params(d, since, event=event, backend_id=backend_id)
-        sql = (
-            latest_sql(
-                d,
-                backend=backend_id is not None,
-                columns=("pr_number", "conclusion", "queue_time", "execution_time"),
-            )
-            + f"""
-        SELECT backend_id,
-            SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END) AS successes,
-            SUM(CASE WHEN outcome = 'test' THEN 1 ELSE 0 END) AS test_failures,
-            SUM(CASE WHEN outcome = 'infra' THEN 1 ELSE 0 END) AS infra_failures,
-            SUM(CASE WHEN outcome = 'running' THEN 1 ELSE 0 END) AS running,
-            SUM(CASE WHEN outcome = 'skipped' THEN 1 ELSE 0 END) AS skipped,
-            SUM(CASE WHEN outcome = 'infra' AND conclusion = 'timed_out' THEN 1 ELSE 0 END) AS timed_out,
-            COUNT(DISTINCT pr_number) AS prs,
-            {d.pct("queue_time", 0.5)} AS queue_median, {d.pct("queue_time", 0.9)} AS queue_p90,
-            AVG(queue_time) AS queue_avg,
-            {d.pct("execution_time", 0.5)} AS duration_median, AVG(execution_time) AS duration_avg,
-            MAX(finished) AS last_run
-        FROM latest GROUP BY backend_id"""
-        )
-        rows = {r["backend_id"]: r for r in fetch(sql, params)}
-        lost = self._lost(d, params, backend_id)
-        result = {}
-        for bid in set(rows) | set(lost):
-            r = rows.get(bid, {})
-            counts = q.Counts(
-                successes=int(r.get("successes") or 0),
-                test_failures=int(r.get("test_failures") or 0),
-                infra_failures=int(r.get("infra_failures") or 0) + lost.get(bid, 0),
-                lost=lost.get(bid, 0),
-                running=int(r.get("running") or 0),
-                skipped=int(r.get("skipped") or 0),
-                timed_out=int(r.get("timed_out") or 0),
-            )
-            result[bid] = q.BackendStats(
-                counts=counts,
-                prs=int(r.get("prs") or 0),
-                queue_median=seconds(r.get("queue_median")),
-                queue_p90=seconds(r.get("queue_p90")),
-                queue_avg=seconds(r.get("queue_avg")),
-                duration_median=seconds(r.get("duration_median")),
-                duration_avg=seconds(r.get("duration_avg")),
-                last_run=as_datetime(r.get("last_run")),
-            )
-        return dict(sorted(result.items()))
+        columns = tuple(dict.fromkeys(c for kind, _ in asks for c in NEEDS[kind]))
+        selects = [*figure_selects(d, asks), *lost_selects(d, asks, backend=backend_id is not None)]
+        sql = latest_sql(d, windows, backend=backend_id is not None, columns=columns) + "\nUNION ALL ".join(selects)
+        return collect(asks, fetch(sql, window_params(d, windows, backend_id=backend_id)))
 
-    def _lost(self, d: Dialect, params: dict, backend_id: int | None) -> dict[int, int]:
-        sql = "SELECT dp.backend_id AS backend_id, COUNT(*) AS n" + lost_sql(backend=backend_id is not None)
-        return {r["backend_id"]: int(r["n"]) for r in fetch(sql + " GROUP BY dp.backend_id", params)}
+    def backend_stats(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, q.BackendStats]:
+        return self._figures({"w": (event, since)}, [("stats", "w")], backend_id)["stats", "w"]
 
     def daily(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, list[q.DayRate]]:
-        d = Dialect()
-        params = self._params(d, since, event=event, backend_id=backend_id)
-        sql = (
-            latest_sql(d, backend=backend_id is not None)
-            + f"""
-        SELECT backend_id, {d.day("finished")} AS day,
-            SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END) AS ok,
-            SUM(CASE WHEN outcome IN ('success', 'test', 'infra') THEN 1 ELSE 0 END) AS total
-        FROM latest GROUP BY backend_id, {d.day("finished")}
-        UNION ALL
-        SELECT dp.backend_id, {d.day("dp.created_at")}, 0, COUNT(*)
-        {lost_sql(backend=backend_id is not None)}
-        GROUP BY dp.backend_id, {d.day("dp.created_at")}"""
-        )
-        sums: dict[int, dict[date, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-        for r in fetch(sql, params):
-            cell = sums[r["backend_id"]][as_date(r["day"])]
-            cell[0] += int(r["ok"])
-            cell[1] += int(r["total"])
-        return {
-            bid: [q.DayRate(day, ok, total) for day, (ok, total) in sorted(days.items()) if total]
-            for bid, days in sorted(sums.items())
-        }
+        return self._figures({"w": (event, since)}, [("daily", "w")], backend_id)["daily", "w"]
 
     def pr_run_p90(self, *, since: datetime) -> dict[int, float]:
-        d = Dialect()
-        params = self._params(d, since, event="pull_request")
-        sql = (
-            latest_sql(d, columns=("pr_number", "sha", "began"))
-            + f"""
-        , per_pr AS (
-            SELECT backend_id, {d.seconds("MAX(finished)", "MIN(began)")} AS span
-            FROM latest WHERE outcome <> 'running' GROUP BY backend_id, pr_number, sha
-        )
-        SELECT backend_id, {d.pct("span", 0.9)} AS p90 FROM per_pr GROUP BY backend_id"""
-        )
-        return {r["backend_id"]: seconds(r["p90"]) for r in fetch(sql, params) if r["p90"] is not None}
+        return self._figures({"w": ("pull_request", since)}, [("run", "w")])["run", "w"]
+
+    def summary(self, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime) -> q.Summary:
+        windows, asks = summary_asks(event=event, since=since, spark_since=spark_since, week_since=week_since)
+        found = self._figures(windows, asks)
+        return summary_from(found, windows, event=event, since=since, week_since=week_since)
 
     def relay_health(self, *, since: datetime) -> q.RelayHealth:
         d = Dialect()
@@ -322,10 +481,10 @@ class DatabaseStore:
     ) -> tuple[list[q.MatrixRow], bool]:
         d = Dialect()
         offset = (page - 1) * q.PER_PAGE
-        params = self._params(d, since, event=event, backend_id=backend_id)
+        params = window_params(d, {"m": (event, since)}, backend_id=backend_id)
         having = "HAVING SUM(bad) > 0" if failing_only else ""
         sql = (
-            latest_sql(d, backend=True, columns=("pr_number", "sha"))
+            latest_sql(d, {"m": (event, since)}, backend=True, columns=("pr_number", "sha"))
             + f"""
         , keyed AS (
             SELECT pr_number, sha, MAX(finished) AS at,
@@ -333,7 +492,7 @@ class DatabaseStore:
             FROM latest GROUP BY pr_number, sha
             UNION ALL
             SELECT pr.number, COALESCE(NULLIF(dl.head_sha, ''), dl.delivery_id), dp.created_at, 1, 1
-            {lost_sql(backend=True, with_pr=True)}
+            {lost_sql(backend=True, with_pr=True, window="m")}
         )
         SELECT pr_number, sha, MAX(at) AS at, SUM(lost) AS lost FROM keyed
         GROUP BY pr_number, sha {having} ORDER BY MAX(at) DESC, sha LIMIT {q.PER_PAGE + 1} OFFSET {offset}"""

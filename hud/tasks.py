@@ -1,6 +1,6 @@
 """django-q2 tasks of the HUD: thin, argument-free or id-taking, and safe to run twice."""
 
-from hud import clickhouse
+from hud import clickhouse, queries
 
 
 def clickhouse_replicate() -> int:
@@ -12,3 +12,8 @@ def clickhouse_replicate() -> int:
     if not clickhouse.is_configured():
         return 0
     return clickhouse.replicate()
+
+
+def figure_refresh(name: str, key: tuple, answering: str) -> None:
+    """Recompute one cached HUD figure that a page found stale (enqueued once per figure; see queries.cached)."""
+    queries.figure_refresh(name=name, key=key, answering=answering)

@@ -189,3 +189,108 @@ def _json(text: str) -> Any:
         return json.loads(text) if text else {}
     except ValueError:
         return text[:500]
+
+
+# --- check runs and re-runs --------------------------------------------------------------------
+
+# GitHub's answer to a re-run of a workflow run that is running (or re-running) already.
+ALREADY_RUNNING = "already running"
+
+
+def check_run_create(*, repo: str, fields: dict[str, Any]) -> int:
+    """POST /repos/{repo}/check-runs; returns the new check run's id.
+
+    ``fields`` are the keyword arguments of PyGithub's ``create_check_run`` (name, head_sha, status,
+    conclusion, started_at/completed_at as datetimes, details_url, external_id, output).
+    """
+    client = installation_client(repo=repo)  # lazy: no GET of the repo before the POST
+    what = f"POST /repos/{repo}/check-runs"
+    return _calling(repo, what, lambda: client.get_repo(repo).create_check_run(**fields).id)
+
+
+def check_run_update(*, repo: str, check_run_id: int, fields: dict[str, Any]) -> None:
+    """PATCH /repos/{repo}/check-runs/{id} with ``fields`` (as for ``check_run_create``, name and head_sha aside)."""
+    client = installation_client(repo=repo)
+    what = f"PATCH /repos/{repo}/check-runs/{check_run_id}"
+    # The client is lazy (_client_options): neither the repo nor the check run is fetched before the PATCH.
+    _calling(repo, what, lambda: client.get_repo(repo).get_check_run(check_run_id).edit(**fields))
+
+
+def check_run_find(*, repo: str, head_sha: str, name: str) -> int | None:
+    """Our App's latest check run called ``name`` on commit ``head_sha``, or None.
+
+    Used before creating a check run again after a failed try: GitHub may have created it and failed to say so.
+    """
+    client = installation_client(repo=repo)
+    query = {"check_name": name, "app_id": str(settings.GITHUB_APP_ID), "filter": "latest", "per_page": 100}
+    path = f"/repos/{repo}/commits/{head_sha}/check-runs"
+    data = _calling(repo, f"GET {path}", lambda: client.requester.requestJsonAndCheck("GET", path, parameters=query)[1])
+    ours = [run for run in data.get("check_runs") or [] if _app_id(run) == str(settings.GITHUB_APP_ID)]
+    return max((int(run["id"]) for run in ours if run.get("name") == name), default=None)
+
+
+def check_suite_check_runs(*, repo: str, check_suite_id: int) -> list[dict[str, Any]]:
+    """Every check run of a check suite (GitHub's default ``filter=latest``: the latest run of each name).
+
+    Each is ``{"id", "name", "external_id", "app_id"}``. Pages of 100 until a short page or ``total_count``.
+    """
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/check-suites/{check_suite_id}/check-runs"
+    runs: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        query = {"per_page": 100, "page": page}
+        data = _calling(
+            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+        )
+        batch = data.get("check_runs") or []
+        runs.extend(
+            {
+                "id": run.get("id"),
+                "name": run.get("name") or "",
+                "external_id": run.get("external_id") or "",
+                "app_id": _app_id(run),
+            }
+            for run in batch
+        )
+        if len(batch) < 100 or len(runs) >= int(data.get("total_count") or 0):
+            return runs
+        page += 1
+
+
+def workflow_run_rerun_failed_jobs(*, repo: str, run_id: int) -> bool:
+    """POST /repos/{repo}/actions/runs/{run_id}/rerun-failed-jobs as the App's installation on ``repo``.
+
+    True when GitHub started the re-run, False when the run is already running (GitHub's 403, not an error).
+    """
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/actions/runs/{run_id}/rerun-failed-jobs"
+    try:
+        status, headers, text = client.requester.requestJson("POST", path)
+    except requests.RequestException as e:
+        raise GitHubError(f"GitHub unreachable for {repo}: {e}", retryable=True) from e
+    if 200 <= status < 300:
+        return True
+    data = _json(text)
+    message = data.get("message", "") if isinstance(data, dict) else str(data)
+    if status == 403 and ALREADY_RUNNING in message.lower():
+        return False
+    if status in (401, 404):
+        tokens_forget(repo=repo)
+    raise _error(status, headers, data, f"POST {path}")
+
+
+def _calling(repo: str, what: str, call: Any) -> Any:
+    """Run a PyGithub ``call``; its exceptions become ours (``GitHubError``/``RateLimited``)."""
+    try:
+        return call()
+    except GithubException as e:
+        if e.status in (401, 404):
+            tokens_forget(repo=repo)
+        raise _error(e.status, e.headers or {}, e.data, what) from e
+    except requests.RequestException as e:
+        raise GitHubError(f"GitHub unreachable for {repo}: {e}", retryable=True) from e
+
+
+def _app_id(check_run: dict[str, Any]) -> str:
+    return str((check_run.get("app") or {}).get("id") or "")

@@ -40,3 +40,16 @@ def jobs_sweep() -> dict[str, int]:
 
 
 # --- check runs and re-runs --------------------------------------------------------------------
+
+
+def check_run_sync(job_id: int, attempt: int = 1) -> str:
+    """Enqueued on commit by a callback, the label backfill and the sweeper; retries schedule it again."""
+    return services.check_run_sync(job_id=job_id, attempt=attempt)
+
+
+def pull_request_check_runs_backfill(pull_request_pk: int) -> int:
+    return services.pull_request_check_runs_backfill(pull_request_pk=pull_request_pk)
+
+
+def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = None) -> dict[str, int]:
+    return services.rerun_request_handle(delivery_pk=delivery_pk, attempt=attempt, only=only)

@@ -76,9 +76,20 @@ def _dispatch(**delivery) -> JsonResponse:
     return _accepted(services.delivery_accept(**delivery, dispatch=True))
 
 
-def _record(**delivery) -> JsonResponse:
-    # Labels are recorded for check-run decisions; a label change does not re-run downstream CI.
-    return _accepted(services.delivery_accept(**delivery, dispatch=False))
+def _label(**delivery) -> JsonResponse:
+    # Labels are recorded for check-run decisions and never re-run downstream CI; a ciflow/oot/<device> label
+    # backfills check runs for jobs that already reported, and removing it stops new ones.
+    result = services.delivery_accept(**delivery, dispatch=False)
+    if not result.duplicate:
+        services.pull_request_labels_apply(payload=delivery["payload"])
+    return _accepted(result)
+
+
+def _rerun(*, delivery_id: str, event: str, payload: dict[str, Any], body: bytes) -> JsonResponse:
+    result = services.rerun_request_accept(delivery_id=delivery_id, event=event, payload=payload)
+    if not result.queued:
+        return JsonResponse({"ignored": True, "reason": result.reason})
+    return JsonResponse({"ok": True, "delivery_id": delivery_id, "rerun": "queued"}, status=202)
 
 
 def _push(**delivery) -> JsonResponse:
@@ -94,7 +105,10 @@ HANDLERS: dict[tuple[str, str | None], Callable[..., JsonResponse]] = {
     ("pull_request", "synchronize"): _dispatch,
     # Closed is relayed so downstream can cancel; recording it stops check runs for the PR.
     ("pull_request", "closed"): _dispatch,
-    ("pull_request", "labeled"): _record,
-    ("pull_request", "unlabeled"): _record,
+    ("pull_request", "labeled"): _label,
+    ("pull_request", "unlabeled"): _label,
+    # The "Re-run" buttons of our check runs on the PR: the failed jobs of those downstream runs run again.
+    ("check_run", "rerequested"): _rerun,
+    ("check_suite", "rerequested"): _rerun,
     ("push", None): _push,
 }

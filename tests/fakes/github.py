@@ -1,8 +1,10 @@
 """A fake GitHub REST API over real HTTP, for PyGithub to talk to.
 
 It plays the GitHub App flow (App JWT → repository installation → installation token, checked on
-every call), repository lookups and ``repository_dispatch``, enforcing GitHub's rules where our code
-depends on them (64 KB client_payload, 10 top-level keys, token expiry). Tests program it:
+every call), repository lookups, ``repository_dispatch``, check runs (create, update, list a suite's or a
+commit's) and workflow re-runs, enforcing GitHub's rules where our code depends on them (64 KB
+client_payload, 10 top-level keys, token expiry, a completed check run keeps its conclusion, a run
+re-runs once at a time). Tests program it:
 
     fake.script("POST", "/repos/org/a/dispatches", Reply(500), Reply(500))   # the next two answers
     fake.latency = 0.1                                                       # every answer, seconds
@@ -16,13 +18,14 @@ import re
 import secrets
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -100,6 +103,14 @@ class FakeGitHub:
         self.route("POST", r"/app/installations/(?P<id>\d+)/access_tokens")(_access_token)
         self.route("GET", REPO)(_repo)
         self.route("POST", REPO + r"/dispatches")(_dispatch)
+        # Checks and Actions re-runs: check runs live in ``check_runs`` (id → the run as GitHub shows it).
+        self.check_runs: dict[int, dict[str, Any]] = {}
+        self.rerunning: set[tuple[str, int]] = set()  # (repo, run id) re-running: a second re-run gets a 403
+        self.route("POST", REPO + r"/check-runs")(_check_run_create)
+        self.route("PATCH", REPO + r"/check-runs/(?P<id>\d+)")(_check_run_update)
+        self.route("GET", REPO + r"/check-suites/(?P<id>\d+)/check-runs")(_check_suite_check_runs)
+        self.route("GET", REPO + r"/commits/(?P<sha>[0-9a-fA-F]{7,40})/check-runs")(_commit_check_runs)
+        self.route("POST", REPO + r"/actions/runs/(?P<id>\d+)/rerun-failed-jobs")(_rerun_failed_jobs)
 
     # --- programming ----------------------------------------------------------------------------
 
@@ -127,6 +138,40 @@ class FakeGitHub:
     def dispatches(self, *, status: int = 204) -> list[Request]:
         """The repository_dispatch requests answered with ``status``."""
         return [r for r in self.requests_to("POST", REPO + "/dispatches") if r.status == status]
+
+    def check_run_add(self, repo: str, *, name: str, head_sha: str, app_id: int | None = None, **fields) -> dict:
+        """A check run already on a commit (another App's when ``app_id`` says so), as if it had been created."""
+        return self._check_run_store(repo, app_id or self.app_id, {"name": name, "head_sha": head_sha, **fields})
+
+    def check_suite_id(self, repo: str, head_sha: str, app_id: int | None = None) -> int:
+        """GitHub makes one check suite per App and commit; the fake numbers them from those."""
+        return 1 + zlib.crc32(f"{repo.lower()}:{head_sha}:{app_id or self.app_id}".encode())
+
+    def _check_run_store(self, repo: str, app_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            check_run_id = 7_000_000 + len(self.check_runs) + 1
+            run = {
+                "id": check_run_id,
+                "name": body["name"],
+                "head_sha": body["head_sha"],
+                "status": body.get("status") or ("completed" if body.get("conclusion") else "queued"),
+                "conclusion": body.get("conclusion"),
+                "external_id": body.get("external_id") or "",
+                "details_url": body.get("details_url"),
+                "started_at": body.get("started_at"),
+                "completed_at": body.get("completed_at"),
+                "output": body.get("output") or {},
+                "app": {"id": app_id},
+                "check_suite": {"id": self.check_suite_id(repo, body["head_sha"], app_id)},
+                "repo": repo.lower(),
+            }
+            self.check_runs[check_run_id] = run
+        return run
+
+    def _check_run_json(self, run: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.url}/repos/{run['repo']}/check-runs/{run['id']}"
+        shown = {k: v for k, v in run.items() if k != "repo"}
+        return {**shown, "url": url, "html_url": f"https://github.com/{run['repo']}/runs/{run['id']}"}
 
     # --- auth helpers for handlers --------------------------------------------------------------
 
@@ -287,3 +332,107 @@ def _dispatch(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
     if len(json.dumps(client_payload).encode()) >= CLIENT_PAYLOAD_LIMIT:
         return Reply(422, {"message": "Invalid request.\n\nclient_payload is too large."})
     return Reply(204)
+
+
+CHECK_RUN_STATUSES = ("queued", "in_progress", "completed")
+
+
+def _installed_on(fake: FakeGitHub, request: Request, m: re.Match) -> bool:
+    return fake.installation_of(request) == fake.installation_id(m["owner"])
+
+
+def _check_run_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    body = request.json or {}
+    if not isinstance(body.get("name"), str) or not body["name"] or not isinstance(body.get("head_sha"), str):
+        return Reply(422, {"message": "Invalid request.\n\nname and head_sha are required."})
+    if problem := _check_run_problem(body):
+        return problem
+    run = fake._check_run_store(f"{m['owner']}/{m['repo']}", fake.app_id, body)
+    return Reply(201, fake._check_run_json(run))
+
+
+def _check_run_update(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    body = request.json or {}
+    with fake._lock:
+        run = fake.check_runs.get(int(m["id"]))
+    if run is None or run["repo"] != f"{m['owner']}/{m['repo']}".lower() or run["app"]["id"] != fake.app_id:
+        return Reply(404, {"message": "Not Found"})
+    if problem := _check_run_problem(body):
+        return problem
+    status = body.get("status") or ("completed" if body.get("conclusion") else run["status"])
+    if run["status"] == "completed" and (status, body.get("conclusion", run["conclusion"])) != (
+        "completed",
+        run["conclusion"],
+    ):
+        # GitHub does not move a completed check run back or change its conclusion; a re-run needs a new one.
+        return Reply(422, {"message": "Invalid request.\n\nThe check run is already completed."})
+    with fake._lock:
+        run.update({k: v for k, v in body.items() if k not in ("name", "head_sha")}, status=status)
+    return Reply(200, fake._check_run_json(run))
+
+
+def _check_run_problem(body: dict[str, Any]) -> Reply | None:
+    status = body.get("status")
+    if status is not None and status not in CHECK_RUN_STATUSES:
+        return Reply(422, {"message": f"Invalid request.\n\n{status!r} is not a member of {CHECK_RUN_STATUSES}."})
+    if status == "completed" and not body.get("conclusion"):
+        return Reply(422, {"message": "Invalid request.\n\nconclusion is required when status is completed."})
+    output = body.get("output")
+    if output is not None and (not output.get("title") or not output.get("summary")):
+        return Reply(422, {"message": "Invalid request.\n\noutput needs a title and a summary."})
+    if output is not None and any(len(output.get(k) or "") > 65535 for k in ("summary", "text")):
+        return Reply(422, {"message": "Invalid request.\n\noutput.summary and output.text are limited to 65535."})
+    return None
+
+
+def _check_runs_page(fake: FakeGitHub, request: Request, runs: list[dict[str, Any]]) -> Reply:
+    query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+    if query.get("filter", "latest") == "latest":  # GitHub's default: the latest check run of each App and name
+        latest: dict[tuple[int, str], dict[str, Any]] = {}
+        for run in sorted(runs, key=lambda r: r["id"]):
+            latest[(run["app"]["id"], run["name"])] = run
+        runs = list(latest.values())
+    if "check_name" in query:
+        runs = [r for r in runs if r["name"] == query["check_name"]]
+    if "app_id" in query:
+        runs = [r for r in runs if str(r["app"]["id"]) == query["app_id"]]
+    per_page = min(int(query.get("per_page", 30)), 100)
+    page = int(query.get("page", 1))
+    shown = runs[(page - 1) * per_page : page * per_page]
+    return Reply(200, {"total_count": len(runs), "check_runs": [fake._check_run_json(r) for r in shown]})
+
+
+def _check_suite_check_runs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    with fake._lock:
+        runs = [r for r in fake.check_runs.values() if r["repo"] == repo and r["check_suite"]["id"] == int(m["id"])]
+    return _check_runs_page(fake, request, runs)
+
+
+def _commit_check_runs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    with fake._lock:
+        runs = [r for r in fake.check_runs.values() if r["repo"] == repo and r["head_sha"] == m["sha"]]
+    return _check_runs_page(fake, request, runs)
+
+
+def _rerun_failed_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    key = (f"{m['owner']}/{m['repo']}".lower(), int(m["id"]))
+    with fake._lock:
+        running = key in fake.rerunning
+        fake.rerunning.add(key)
+    if running:
+        return Reply(
+            403, {"message": "This workflow is already running", "documentation_url": "https://docs.github.com/rest"}
+        )
+    return Reply(201, {})

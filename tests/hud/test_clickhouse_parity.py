@@ -162,3 +162,16 @@ def test_windows_start_at_the_microsecond_in_both_stores(settings, chdb_url, mak
         stats = queries.backend_stats(days=7, event="push", now=now)[backend.id]
         assert stats.counts.successes == 2, url
         assert stats.last_run == edge + timedelta(microseconds=1)
+
+
+def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb_url, make_backend):
+    from tests.hud.test_queries import a_rerun_that_finished_before_the_first_attempt
+
+    backend = make_backend("windows/npu", "L3")
+    a_rerun_that_finished_before_the_first_attempt(backend)
+    job(backend, name="open", conclusion="", event_type="push", head_sha="7" * 40, queue_time=None)  # NULLs too
+    job(backend, name="open", event_type="push", head_sha="7" * 40, queue_time=5, finished=ago(hours=3))
+    settings.CLICKHOUSE_URL = chdb_url
+    clickhouse.replicate()
+
+    assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id], pr_numbers=[], job_ids=[])

@@ -247,3 +247,70 @@ def test_figures_are_cached_for_hud_cache_seconds(settings, make_backend, django
         assert queries.backend_stats(days=1, event="push") == first
     assert queries.backend_stats(days=1, event="push", now=ago()) != first
     cache.clear()
+
+
+def a_rerun_that_finished_before_the_first_attempt(backend):
+    """A job whose re-run (newer) finished 10 days ago while its first attempt's completion came in 2 days ago: in the
+    last 7 days the first attempt is the job's latest attempt there; over 14 days the re-run is."""
+    job(
+        backend,
+        name="slow",
+        conclusion="failure",
+        event_type="push",
+        head_sha="7" * 40,
+        created_at=ago(days=12),
+        started_at=ago(days=12),
+        finished=ago(days=2),
+    )
+    job(
+        backend,
+        name="slow",
+        event_type="push",
+        head_sha="7" * 40,
+        run_attempt=2,
+        created_at=ago(days=11),
+        started_at=ago(days=11),
+        finished=ago(days=10),
+    )
+
+
+def test_each_window_of_the_overview_picks_its_own_latest_attempts(make_backend):
+    backend = make_backend("windows/npu", "L3")
+    a_rerun_that_finished_before_the_first_attempt(backend)
+
+    overview = queries.overview(days=7, event="push")
+
+    row = overview.sections["L3"][0]
+    assert (row.stats.counts.successes, row.stats.counts.infra_failures) == (0, 1)  # the first attempt, in the week
+    assert [(d.day, d.successes, d.total) for d in row.spark if d.total] == [(ago(days=10).date(), 1, 1)]
+    assert row.stats == queries.backend_stats(days=7, event="push")[backend.id]
+    assert row.spark == queries.daily_pass_rates(days=queries.SPARK_DAYS, event="push")[backend.id]
+
+
+def test_a_stale_figure_is_served_at_once_and_refreshed_by_one_task(
+    settings, make_backend, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    from django.core.cache import cache
+
+    from hud import tasks
+
+    settings.HUD_CACHE_SECONDS = 60
+    cache.clear()
+    backend = make_backend("stale/npu")
+    job(backend, name="a", event_type="push", head_sha="1" * 40)
+    first = queries.backend_stats(days=1, event="push")  # the first request computes
+    job(backend, name="b", conclusion="failure", event_type="push", head_sha="1" * 40)
+    key = queries.figure_key("database", "stats", (1, "push", None))
+    computed_at, value = cache.get(key)
+    cache.set(key, (computed_at - 61, value))  # a minute later
+
+    with django_capture_on_commit_callbacks() as enqueued, django_assert_num_queries(0):
+        assert queries.backend_stats(days=1, event="push") == first  # stale, served from the cache
+        assert queries.backend_stats(days=1, event="push") == first  # the refresh is already on its way
+    assert len(enqueued) == 1
+
+    tasks.figure_refresh("stats", (1, "push", None), "database")
+
+    assert queries.backend_stats(days=1, event="push")[backend.id].counts.total == 2
+    assert cache.add(queries.figure_key("database", "stats", (1, "push", None), "lock"), 1)  # the lock is free again
+    cache.clear()

@@ -174,9 +174,9 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
 @pytest.mark.parametrize(
     ("url", "queries"),
     [
-        ("/oot/", 6),
-        ("/oot/?days=30&event=push", 8),
-        ("/oot/acme/npu/", 6),
+        ("/oot/", 3),
+        ("/oot/?days=30&event=push", 3),
+        ("/oot/acme/npu/", 5),
         ("/oot/pr/101/", 4),
         ("/oot/acme/npu/jobs/{job}/", 4),
         ("/oot/metrics/", 2),

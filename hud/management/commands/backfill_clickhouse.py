@@ -1,7 +1,8 @@
 """Copy every JobResult to ClickHouse, resumably: it shares the replication cursor with the task.
 
 A killed run continues where the last accepted batch ended; `--restart` copies everything again
-(copies collapse in ReplacingMergeTree). At the end, rows deleted in PostgreSQL are marked deleted.
+(copies collapse in ReplacingMergeTree). At the end, rows deleted in PostgreSQL are marked deleted and the table is
+merged (`OPTIMIZE … FINAL`), so that queries start on one part per month.
 """
 
 import time
@@ -56,6 +57,7 @@ class Command(BaseCommand):
         try:
             sent = clickhouse.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
             pruned = clickhouse.prune_deleted()
+            clickhouse.optimize()
         except ImproperlyConfigured as ex:
             raise CommandError(str(ex)) from ex
         except clickhouse.ClickHouseError as ex:
