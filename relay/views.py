@@ -32,9 +32,13 @@ def webhook(request):
         return _detail("The body must be a JSON object.", 400)
     if event in ACKNOWLEDGED_EVENTS:
         return JsonResponse({"ok": True, "event": event})
+    if problem := _shape_problem(payload, COMMON_SHAPE):
+        return _detail(problem, 400)
     handler = HANDLERS.get((event, payload.get("action"))) or HANDLERS.get((event, None))
     if handler is None or not _from_upstream(payload):
         return JsonResponse({"ignored": True})
+    if problem := _shape_problem(payload, SHAPES.get(event, {})):
+        return _detail(problem, 400)
     delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
     if not delivery_id or len(delivery_id) > 100:
         return _detail("X-GitHub-Delivery must be a delivery id of at most 100 characters.", 400)
@@ -54,6 +58,38 @@ def _signature_problem(request) -> JsonResponse | None:
     if not secret or not hmac.compare_digest(expected, signature):
         return _detail("Bad signature.", 401)
     return None
+
+
+def _shape_problem(payload: dict[str, Any], shape: dict[str, tuple]) -> str | None:
+    """What is wrong with the fields of ``payload`` the handlers read, or None. ``shape`` maps a dotted path
+    (``[]`` for every item of a list) to the JSON types allowed there; ``None`` among them allows null or absent.
+    """
+    for path, allowed in shape.items():
+        for where, value in _values_at(payload, path.split(".")):
+            if value is None and None in allowed:
+                continue
+            # JSON true/false are not numbers here, though bool subclasses int in Python.
+            if not isinstance(value, tuple(t for t in allowed if t is not None)) or (
+                isinstance(value, bool) and bool not in allowed
+            ):
+                names = " or ".join(JSON_NAMES[t] for t in allowed)
+                what = "is missing or null" if value is None else f"must be {names}"
+                return f"The payload's {where} {what}."
+    return None
+
+
+def _values_at(node: Any, steps: list[str], where: str = "") -> list[tuple[str, Any]]:
+    """(path, value) of every place ``steps`` reaches in ``node``; stops below a container of the wrong type,
+    which its own shape entry reports."""
+    if not steps:
+        return [(where, node)]
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        items = node if isinstance(node, list) else []
+        return [found for i, item in enumerate(items) for found in _values_at(item, rest, f"{where}[{i}]")]
+    if not isinstance(node, dict):
+        return []
+    return _values_at(node.get(step), rest, f"{where}.{step}" if where else step)
 
 
 def _from_upstream(payload: dict[str, Any]) -> bool:
@@ -97,6 +133,52 @@ def _push(**delivery) -> JsonResponse:
         return JsonResponse({"ignored": True})
     return _dispatch(**delivery)
 
+
+JSON_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    bool: "true or false",
+    None: "null",
+}
+OPTIONAL_TEXT = (str, None)
+# Checked before routing: the fields that decide the route.
+COMMON_SHAPE = {"action": OPTIONAL_TEXT, "repository": (dict, None), "repository.full_name": OPTIONAL_TEXT}
+# What the handlers of each routed event read (and dispatch hands on); anything else in a payload passes through.
+SHAPES: dict[str, dict[str, tuple]] = {
+    "pull_request": {
+        "repository.full_name": (str,),
+        "pull_request": (dict,),
+        "pull_request.number": (int,),
+        "pull_request.head": (dict,),
+        "pull_request.head.sha": (str,),
+        "pull_request.head.ref": (str,),
+        "pull_request.title": OPTIONAL_TEXT,
+        "pull_request.user": (dict, None),
+        "pull_request.user.login": OPTIONAL_TEXT,
+        "pull_request.labels": (list, None),
+        "pull_request.labels.[]": (dict,),
+        "pull_request.labels.[].name": (str,),
+        "pull_request.state": OPTIONAL_TEXT,
+        "pull_request.merged": (bool, None),
+        "pull_request.html_url": OPTIONAL_TEXT,
+        "pull_request.created_at": OPTIONAL_TEXT,
+        "pull_request.updated_at": OPTIONAL_TEXT,
+        "label": (dict, None),
+        "label.name": OPTIONAL_TEXT,
+    },
+    "push": {
+        "repository.full_name": (str,),
+        "repository.default_branch": OPTIONAL_TEXT,
+        "ref": (str,),
+        "after": OPTIONAL_TEXT,
+        "deleted": (bool, None),
+        "commits": (list, None),
+    },
+    "check_run": {"repository.full_name": (str,), "check_run": (dict,), "check_run.head_sha": OPTIONAL_TEXT},
+    "check_suite": {"repository.full_name": (str,), "check_suite": (dict,), "check_suite.head_sha": OPTIONAL_TEXT},
+}
 
 # (event, action) → handler; (event, None) matches any action of an event without its own entry.
 HANDLERS: dict[tuple[str, str | None], Callable[..., JsonResponse]] = {

@@ -160,3 +160,38 @@ def test_every_refusal_answers_json_with_a_detail(downstream):
         assert response.status_code == 400
         assert response.headers["Content-Type"] == "application/json"
         assert set(response.json()) == {"detail"}
+
+
+WRONG = {"missing": ..., "null": None, "text": "x", "number": 5, "object": {}}
+
+
+def callback_mutations(body: dict):
+    """The reporter's body with each field of the top level, ``workflow`` and its ``test_results`` removed,
+    nulled or given another JSON type."""
+    for path in ((), ("workflow",), ("workflow", "test_results")):
+        node = body
+        for step in path:
+            node = node[step]
+        for key in node:
+            for kind, value in WRONG.items():
+                changed = json.loads(json.dumps(body))
+                target = changed
+                for step in path:
+                    target = target[step]
+                if value is ...:
+                    del target[key]
+                else:
+                    target[key] = value
+                yield f"{'.'.join((*path, key))}={kind}", changed
+
+
+def test_it_never_answers_500_to_a_body_of_the_wrong_shape(downstream, settings):
+    settings.CALLBACK_RATE_LIMIT_PER_MIN = 10_000
+    ci = downstream()
+    body = ci.body("pull_request.completed.failure", ci.dispatch())
+    failures = []
+    for what, changed in callback_mutations(body):
+        response = ci.post(changed)
+        if response.status_code >= 500 or "detail" not in response.json() and not response.json().get("ok"):
+            failures.append(f"{what}: {response.status_code} {response.text[:80]}")
+    assert not failures, failures

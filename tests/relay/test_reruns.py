@@ -151,10 +151,15 @@ def test_a_backend_no_longer_at_l3_or_l4_is_not_rerun(fake_github, failed_job, r
     assert not reruns(fake_github)
 
 
-@pytest.mark.parametrize("subject", ["not an object", {"id": 4, "app": {"id": "4242"}, "external_id": None}])
-def test_a_malformed_check_run_is_answered_200_ignored(rerequest, subject):
-    response = rerequest("check_run", subject)
+def test_a_check_run_without_our_external_id_is_answered_200_ignored(rerequest):
+    response = rerequest("check_run", {"id": 4, "app": {"id": "4242"}, "external_id": None})
     assert response.status_code == 200 and response.json()["ignored"] is True
+
+
+def test_a_check_run_that_is_not_an_object_is_answered_400(rerequest):
+    response = rerequest("check_run", "not an object")
+    assert response.status_code == 400
+    assert response.json() == {"detail": "The payload's check_run must be an object."}
 
 
 def test_a_check_suite_rerun_reruns_each_distinct_downstream_run_once(fake_github, failed_job, rerequest, downstream):
