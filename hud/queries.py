@@ -40,9 +40,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from hud import clickhouse
 
@@ -433,56 +431,59 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "daily": lambda start, event, backend_id, now=None: store().daily(since=start, event=event, backend_id=backend_id),
     "pr-run-p90": lambda now=None: store().pr_run_p90(since=since(7, now)),
     "relay": lambda days, now=None: store().relay_health(since=since(days, now)),
-    "summary": lambda days, event, spark_since, now=None: store().summary(
-        event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now)
-    ),
+    "summary": lambda days, event, spark_since, now=None: summary_compute(days, event, spark_since, now_or(now)),
 }
-# A cached figure is fresh for HUD_CACHE_SECONDS and kept this many times as long, served stale while a task
-# refreshes it; a figure nobody read for that long is computed by the request again.
-KEEP_FACTOR = 10
-REFRESH_LOCK_SECONDS = 300  # a refresh task that died frees its figure after this
+_refreshing: ContextVar[bool] = ContextVar("hud_refreshing", default=False)  # in figures_refresh: skip cache reads
+
+
+def summary_compute(days: int, event: str, spark_since: datetime | None, now: datetime) -> Summary:
+    """``Store.summary`` at one ``now``: with days=7 the window and the L3 bar's week are then one window."""
+    return store().summary(event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now))
 
 
 def cached(name: str, *key, now: datetime | None = None):
-    """``FIGURES[name](*key)``, served from the cache, stale-while-revalidate: the first request computes it; once it
-    is older than HUD_CACHE_SECONDS (the pages refresh every 60 s; the figures need not be fresher) a request still
-    gets it at once and enqueues one refresh task (a cache lock keeps refreshes of a figure from overlapping).
-    Calls with an explicit ``now`` (tests, parity checks) always compute."""
+    """``FIGURES[name](*key)`` from the cache if it was computed less than HUD_CACHE_SECONDS ago, else computed here
+    and cached. The figures the pages show by default are recomputed every minute by :func:`figures_refresh`, so
+    their requests find them cached; a request itself never enqueues work. Calls with an explicit ``now`` (tests,
+    parity checks) always compute."""
     seconds = settings.HUD_CACHE_SECONDS
     if now is not None or not seconds:
         return FIGURES[name](*key, now=now)
     answering = source()  # each store's figures under their own keys
-    entry = cache.get(figure_key(answering, name, key))
-    if entry is None:
-        return figure_compute(name, key, answering)
-    computed_at, value = entry
-    lock = figure_key(answering, name, key, "lock")
-    if wall_time() - computed_at >= seconds and cache.add(lock, 1, REFRESH_LOCK_SECONDS):
-        transaction.on_commit(lambda: async_task("hud.tasks.figure_refresh", name, key, answering))
-    return value
+    entry = None if _refreshing.get() else cache.get(figure_key(answering, name, key))
+    if entry is not None and wall_time() - entry[0] < seconds:
+        return entry[1]
+    return figure_compute(name, key, answering)
 
 
-def figure_key(answering: str, name: str, key: tuple, *suffix: str) -> str:
-    return ":".join(["hud", answering, name, *map(str, key), *suffix])
+def figure_key(answering: str, name: str, key: tuple) -> str:
+    parts = (part.isoformat() if isinstance(part, datetime) else str(part) for part in key)
+    return ":".join(["hud", answering, name, *parts])  # no spaces: memcached-safe
 
 
 def figure_compute(name: str, key: tuple, answering: str):
     """Compute a figure and cache it, unless ClickHouse failed during the computation and the database answered."""
     value = FIGURES[name](*key)
     if source() == answering:
-        cache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS * KEEP_FACTOR)
+        cache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
     return value
 
 
-def figure_refresh(*, name: str, key: tuple, answering: str) -> None:
-    """Recompute a stale cached figure (the task ``hud.tasks.figure_refresh``) and free its lock. Skipped while its
-    store is not the one answering (a ClickHouse outage): the stale copy is served until then."""
+def figures_refresh(*, days: tuple[int, ...], metric_days: tuple[int, ...]) -> None:
+    """Recompute and cache what the overview (page and API) shows for each of ``days`` and the metrics page for each
+    of ``metric_days``, for the default event: the task ``hud.tasks.figures_refresh``, scheduled every minute. It
+    draws those pages' figures through ``cached`` with the cache read skipped, so it fills exactly their keys."""
+    if not settings.HUD_CACHE_SECONDS:
+        return
+    token = _refreshing.set(True)
     try:
         with unit_of_work():
-            if source() == answering:
-                figure_compute(name, key, answering)
+            for window in days:
+                overview(days=window, event=EVENTS[0])
+            for window in metric_days:
+                metrics(days=window, event=EVENTS[0])
     finally:
-        cache.delete(figure_key(answering, name, key, "lock"))
+        _refreshing.reset(token)
 
 
 def now_or(now: datetime | None) -> datetime:

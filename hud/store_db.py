@@ -78,59 +78,45 @@ def outcome_sql(d: Dialect) -> str:
             ELSE 'infra' END"""
 
 
-def latest_sql(d: Dialect, windows: dict[str, tuple[str, datetime]], *, backend: bool = False, columns=()) -> str:
-    """``latest``: the latest attempts of the jobs finished in each window (see hud.queries), with backend_id,
-    event_type, finished, outcome, the ``columns`` asked for (names of LATEST_COLUMNS) and per window ``w`` a flag
-    ``in_w`` (1: this row is the latest attempt of its job among the jobs' reports in window ``w``).
+def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: dict[str, tuple] | None = None) -> str:
+    """``latest_w`` for each window ``w``: the latest attempts of the jobs finished in that window (see hud.queries),
+    with backend_id, finished, outcome and the columns ``columns[w]`` asked for (names of LATEST_COLUMNS).
 
     ``windows`` maps names to (event, since); their parameters are ``w_event`` and ``w_since`` (:func:`window_params`).
-    The finish-time index narrows the rows to the windows before anything is sorted, and only the columns the
-    caller reads ride through the sort that picks the latest attempts: that sort is most of the cost, so several
-    windows share one. With one window, ROW_NUMBER picks its latest attempts. With several, one running MAX over
-    the same order finds, for each report, the latest finish time of the newer reports of its job: a report is
-    the latest attempt within window ``w`` when it finished in ``w`` and no newer report of its job did.
+    Each window sorts its rows by job, newest report first, and keeps each job's first row (DISTINCT ON; SQLite, which
+    lacks it, numbers the rows). That sort is most of the cost, so only the columns the window's figures read ride
+    through it. A sort per window is cheaper than one shared by the longest window: a shorter window's latest
+    attempts are not among the longer one's (a re-run can finish before its first attempt), so sharing takes a
+    running MAX over every row and column of the longest window, all of which then has to be materialized.
     """
-    ranges: dict[str, str] = {}
-    for name, (event, _) in windows.items():
-        ranges.setdefault(event, name)  # one condition per event, from its earliest window
-    where = " OR ".join(
-        f"(j.event_type = %({name}_event)s AND {FINISHED} >= %(from_{name})s)" for name in ranges.values()
-    )
-    if backend:
-        where = f"({where}) AND j.backend_id = %(backend_id)s"
-    picked = "".join(f", {LATEST_COLUMNS[name]} AS {name}" for name in columns)
-    partition = f"{d.bytewise(SHA_KEY)}, j.backend_id, j.workflow_name, j.job_name"
-    if len(ranges) > 1:
-        partition += ", j.event_type"
-    if len(windows) == 1:
-        (name,) = windows
-        ranking = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {LATEST_ORDER}) AS rn"
-        flags, keep = f"1 AS in_{name}", "rn = 1"
-    else:
-        ranking = (
-            f"MAX({FINISHED}) OVER (PARTITION BY {partition} ORDER BY {LATEST_ORDER}"
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newer"
-        )
-        flags = ", ".join(
-            f"CASE WHEN event_type = %({w}_event)s AND finished >= %({w}_since)s"
-            f" AND (newer IS NULL OR newer < %({w}_since)s) THEN 1 ELSE 0 END AS in_{w}"
-            for w in windows
-        )
-        keep = "newer IS NULL OR newer < finished"  # the latest attempt in at least one window
-    return f"""
-    WITH ranked AS (
-        SELECT j.backend_id, j.event_type, {FINISHED} AS finished, {outcome_sql(d)} AS outcome{picked}, {ranking}
-        FROM ootci_jobresult j WHERE {where}
-    ), latest AS (
-        SELECT ranked.*, {flags} FROM ranked WHERE {keep}
-    )"""
+    job = ", ".join(d.bytewise(col) for col in (SHA_KEY, "j.workflow_name", "j.job_name")) + ", j.backend_id"
+    ctes = []
+    for w in windows:
+        picked = (columns or {}).get(w, ())
+        row = f"j.backend_id, {FINISHED} AS finished, {outcome_sql(d)} AS outcome"
+        row += "".join(f", {LATEST_COLUMNS[name]} AS {name}" for name in picked)
+        where = f"j.event_type = %({w}_event)s AND {FINISHED} >= %({w}_since)s"
+        if backend:
+            where += " AND j.backend_id = %(backend_id)s"
+        if d.pg:
+            select = f"SELECT DISTINCT ON ({job}) {row} FROM ootci_jobresult j WHERE {where}"
+            select += f" ORDER BY {job}, {LATEST_ORDER}"
+        else:
+            names = ", ".join(["backend_id", "finished", "outcome", *picked])
+            ranking = f"ROW_NUMBER() OVER (PARTITION BY {job} ORDER BY {LATEST_ORDER}) AS rn"
+            select = f"SELECT {names} FROM (SELECT {row}, {ranking} FROM ootci_jobresult j WHERE {where}) WHERE rn = 1"
+        ctes.append(f"latest_{w} AS (\n        {select}\n    )")
+    return "\n    WITH " + ", ".join(ctes)
 
 
-def lost_sql(*, event: bool = True, backend: bool = False, with_pr: bool = False, window: str = "") -> str:
+def lost_sql(
+    *, event: bool = True, backend: bool = False, with_pr: bool = False, window: str = "", join: str = ""
+) -> str:
     """Dispatches of L2+ backends sent (or pending) before the zombie cut-off that never called back (in ``window``:
-    its ``w_since`` and ``w_event`` parameters; else ``since`` and ``event``)."""
+    its ``w_since`` and ``w_event`` parameters; else ``since`` and ``event``), with ``join`` (SQL) joined in."""
     prefix = f"{window}_" if window else ""
-    join = "LEFT JOIN ootci_pullrequest pr ON pr.id = dl.pull_request_id" if with_pr else ""
+    if with_pr:
+        join = f"LEFT JOIN ootci_pullrequest pr ON pr.id = dl.pull_request_id {join}"
     where = ""
     if event:
         where += f" AND dl.event = %({prefix}event)s"
@@ -152,7 +138,7 @@ def fetch(sql: str, params: dict) -> list[dict]:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-# --- figures: several in one statement over one latest-attempt selection ------------------------------------------
+# --- figures: several in one statement, each window's latest attempts picked once ---------------------------------
 
 # A figure is asked for as (kind, window name); kinds: "stats" (BackendStats per backend, lost dispatches included),
 # "daily" (DayRates per backend, only days with a total) and "run" (p90 of PR run time per backend).
@@ -189,26 +175,26 @@ FIGURE_COLUMNS = {
 
 def window_params(d: Dialect, windows: Windows, *, backend_id: int | None = None) -> dict:
     params = {"zombie": d.param(q.zombie_before()), "backend_id": backend_id}
-    earliest: dict[str, tuple[str, datetime]] = {}  # event → (its first window's name, the earliest since)
     for name, (event, since) in windows.items():
         params[f"{name}_event"], params[f"{name}_since"] = event, d.param(since)
-        first, at = earliest.get(event, (name, since))
-        earliest[event] = (first, min(at, since))
-    for first, at in earliest.values():
-        params[f"from_{first}"] = d.param(at)
+    if windows:
+        params["lost_since"] = d.param(min(since for _, since in windows.values()))  # see lost_selects
     return params
 
 
-def figure_select(d: Dialect, kind: str, tail: str, **columns: str) -> str:
-    picked = ", ".join(f"{columns.get(name, d.null(t))} AS {name}" for name, t in FIGURE_COLUMNS.items())
-    return f"SELECT '{kind}' AS kind, {picked} {tail}"
+def figure_select(d: Dialect, name: str, tail: str, **columns: str) -> str:
+    """A figure row: its kind (``name``, unless ``columns`` give the SQL of ``kind``), then FIGURE_COLUMNS, typed NULL
+    where ``columns`` give no SQL."""
+    kind = columns.pop("kind", f"'{name}'")
+    picked = ", ".join(f"{columns.get(col, d.null(t))} AS {col}" for col, t in FIGURE_COLUMNS.items())
+    return f"SELECT {kind} AS kind, {picked} {tail}"
 
 
 def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
-    """One SELECT over ``latest`` per figure asked for."""
+    """One SELECT over its window's latest attempts (``latest_w``) per figure asked for."""
     selects = []
     for kind, w in asks:
-        mine = f"FROM latest WHERE in_{w} = 1"
+        mine = f"FROM latest_{w}"
         if kind == "stats":
             selects.append(
                 figure_select(
@@ -247,7 +233,7 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
         else:
             per_pr = (
                 f"SELECT backend_id, {d.seconds('MAX(finished)', 'MIN(began)')} AS span {mine} "
-                "AND outcome <> 'running' GROUP BY backend_id, pr_number, sha"
+                "WHERE outcome <> 'running' GROUP BY backend_id, pr_number, sha"
             )
             tail = f"FROM ({per_pr}) per_pr GROUP BY backend_id"
             selects.append(figure_select(d, f"run:{w}", tail, backend_id="backend_id", p90=d.pct("span", 0.9)))
@@ -255,20 +241,22 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
 
 
 def lost_selects(d: Dialect, asks: list[Ask], *, backend: bool) -> list[str]:
-    """The lost dispatches the figures asked for count (from the database, whichever store reads job results)."""
-    selects = []
+    """The lost dispatches the figures asked for count (from the database, whichever store reads job results): one
+    SELECT, which finds the lost dispatches once (since the earliest window, ``lost_since``) and counts them per figure.
+    """
+    kinds = []
     for kind, w in asks:
-        lost = lost_sql(backend=backend, window=w)
-        if kind == "stats":
-            tail = f"{lost} GROUP BY dp.backend_id"
-            selects.append(figure_select(d, f"lost:{w}", tail, backend_id="dp.backend_id", total="COUNT(*)"))
-        elif kind == "daily":
-            day = d.day("dp.created_at")
-            tail = f"{lost} GROUP BY dp.backend_id, {day}"
-            selects.append(
-                figure_select(d, f"lostday:{w}", tail, backend_id="dp.backend_id", day=day, ok="0", total="COUNT(*)")
-            )
-    return selects
+        if kind in ("stats", "daily"):
+            name, daily = ("lost", 0) if kind == "stats" else ("lostday", 1)
+            figure = f"'{name}:{w}' AS kind, %({w}_event)s AS event, %({w}_since)s AS since, {daily} AS daily"
+            kinds.append(f"SELECT {figure}")
+    if not kinds:
+        return []
+    day = f"CASE WHEN k.daily = 1 THEN {d.day('dp.created_at')} END"
+    figures = f"JOIN ({' UNION ALL '.join(kinds)}) k ON k.event = dl.event AND dp.created_at >= k.since"
+    lost = lost_sql(event=False, backend=backend, window="lost", join=figures)
+    tail = f"{lost} GROUP BY k.kind, dp.backend_id, {day}"
+    return [figure_select(d, "", tail, kind="k.kind", backend_id="dp.backend_id", day=day, ok="0", total="COUNT(*)")]
 
 
 def collect(asks: list[Ask], rows: list[dict]) -> dict[Ask, Any]:
@@ -434,9 +422,9 @@ class DatabaseStore:
         return {"since": d.param(since), "zombie": d.param(q.zombie_before()), **extra}
 
     def _figures(self, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> dict[Ask, Any]:
-        """The figures asked for, in one statement: one latest-attempt selection shared by every figure."""
+        """The figures asked for, in one statement: each window's latest attempts picked once for all its figures."""
         d = Dialect()
-        columns = tuple(dict.fromkeys(c for kind, _ in asks for c in NEEDS[kind]))
+        columns = {w: tuple(dict.fromkeys(c for kind, ww in asks if ww == w for c in NEEDS[kind])) for w in windows}
         selects = [*figure_selects(d, asks), *lost_selects(d, asks, backend=backend_id is not None)]
         sql = latest_sql(d, windows, backend=backend_id is not None, columns=columns) + "\nUNION ALL ".join(selects)
         return collect(asks, fetch(sql, window_params(d, windows, backend_id=backend_id)))
@@ -484,12 +472,12 @@ class DatabaseStore:
         params = window_params(d, {"m": (event, since)}, backend_id=backend_id)
         having = "HAVING SUM(bad) > 0" if failing_only else ""
         sql = (
-            latest_sql(d, {"m": (event, since)}, backend=True, columns=("pr_number", "sha"))
+            latest_sql(d, {"m": (event, since)}, backend=True, columns={"m": ("pr_number", "sha")})
             + f"""
         , keyed AS (
             SELECT pr_number, sha, MAX(finished) AS at,
                    SUM(CASE WHEN outcome IN ('test', 'infra') THEN 1 ELSE 0 END) AS bad, 0 AS lost
-            FROM latest GROUP BY pr_number, sha
+            FROM latest_m GROUP BY pr_number, sha
             UNION ALL
             SELECT pr.number, COALESCE(NULLIF(dl.head_sha, ''), dl.delivery_id), dp.created_at, 1, 1
             {lost_sql(backend=True, with_pr=True, window="m")}

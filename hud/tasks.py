@@ -1,6 +1,6 @@
 """django-q2 tasks of the HUD: thin, argument-free or id-taking, and safe to run twice."""
 
-from hud import clickhouse, queries
+from hud import clickhouse, params, queries
 
 
 def clickhouse_replicate() -> int:
@@ -14,6 +14,6 @@ def clickhouse_replicate() -> int:
     return clickhouse.replicate()
 
 
-def figure_refresh(name: str, key: tuple, answering: str) -> None:
-    """Recompute one cached HUD figure that a page found stale (enqueued once per figure; see queries.cached)."""
-    queries.figure_refresh(name=name, key=key, answering=answering)
+def figures_refresh() -> None:
+    """Recompute the figures the HUD pages show by default and cache them (every minute; see queries.cached)."""
+    queries.figures_refresh(days=params.DAYS, metric_days=params.METRIC_DAYS)

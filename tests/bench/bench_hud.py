@@ -4,15 +4,16 @@
 
 Runs in its own test database (suffix ``_hudbench``). Rows are generated inside PostgreSQL
 (tests/bench/data.py) plus 20,000 dispatches, a tenth of them never called back, so the lost-dispatch
-queries have work to do. Prints the median of five timed requests per page after one warm-up:
+queries have work to do. Prints the median of five timed requests per page:
 
-- cold: every figure computed in the request (HUD_CACHE_SECONDS=0): what the first request pays, and what each
-  background refresh costs;
-- served: the figure cache on and every cached figure stale, the steady state of the stale-while-revalidate cache
-  (``queries.cached``): the page is served from the cache and one refresh task is enqueued per figure.
+- cold: every figure computed in the request (HUD_CACHE_SECONDS=0), after one warm-up request: what a request
+  pays for figures nobody asked for in the last HUD_CACHE_SECONDS, and what the scheduled refresh pays per page;
+- served: the cache on, after one run of the scheduled refresh (``hud.tasks.figures_refresh``), the steady state:
+  the figures the pages show by default come from the cache; a page it does not cover (another window or event)
+  computes them in its first request and is served from the cache after that.
 
-The target is asserted on cold, except for the pages in OVER_TARGET_COLD, which still miss it computed fresh and
-are marked in the output; served is asserted for every page.
+The target is asserted on both, except cold for the pages in OVER_TARGET_COLD, which still miss it computed fresh
+and are marked in the output.
 """
 
 import os
@@ -24,15 +25,17 @@ from django.core.cache import cache
 from django.db import connection
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
+from hud import tasks
 from ootci.models import JobResult
 from tests.bench.data import seed_job_results
 
 ROWS = int(os.environ.get("BENCH_ROWS", 200_000))
 TARGET_MS = 300
-# Pages whose figures still take longer than the target to compute on a shared 2-CPU machine: most of it is the
-# sort that picks the latest attempts of 65,000 (the 14-day sparklines) to 140,000 (30 days and more) job results.
-# They are served from the cache, refreshed in the background (served is asserted for them too).
-OVER_TARGET_COLD = {"/oot/", "/oot/?days=30", "/oot/metrics/", "/oot/metrics/?days=90", "/api/oot/"}
+# Pages whose figures still take about the target (the overview: 260-320 ms, with the machine's load) or more (the
+# 30-day overview: the latest attempts of 140,000 job results and percentiles over them) to compute on a shared
+# 2-CPU machine. The scheduled refresh computes them every minute, so their requests are served from the cache
+# (served is asserted for them too).
+OVER_TARGET_COLD = {"/oot/", "/oot/?days=30", "/api/oot/"}
 
 
 @pytest.fixture(scope="session")
@@ -93,14 +96,14 @@ def test_every_hud_page_answers_within_the_target(client, settings):
     ]
     slow = []
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'cold':>9} {'served':>9}  page (median of 5; cold = computed in the request, served = stale cache)")
+    print(f"{'cold':>9} {'served':>9}  page (median of 5; cold = computed in the request, served = cache on)")
     for url in pages:
         assert client.get(url).status_code == 200, url
-        cold = median_ms(client, url, settings, stale=False)
-        served = median_ms(client, url, settings, stale=True)
+        cold = median_ms(client, url, settings, served=False)
+        served = median_ms(client, url, settings, served=True)
         note = ""
         if cold > TARGET_MS:
-            note = "  (cold over target: known, served from cache)" if url in OVER_TARGET_COLD else "  (OVER TARGET)"
+            note = "  (cold over target: known, refreshed ahead)" if url in OVER_TARGET_COLD else "  (OVER TARGET)"
         print(f"{cold:7.1f}ms {served:7.1f}ms  {url}{note}")
         if (cold > TARGET_MS and url not in OVER_TARGET_COLD) or served > TARGET_MS:
             slow.append(f"{url} ({cold:.0f} / {served:.0f} ms)")
@@ -108,12 +111,13 @@ def test_every_hud_page_answers_within_the_target(client, settings):
     assert not slow, f"over {TARGET_MS} ms (cold / served): {slow}"
 
 
-def median_ms(client, url: str, settings, *, stale: bool) -> float:
-    settings.HUD_CACHE_SECONDS = 1 if stale else 0
+def median_ms(client, url: str, settings, *, served: bool) -> float:
+    settings.HUD_CACHE_SECONDS = 180 if served else 0
     cache.clear()
-    client.get(url)  # warm-up (fills the cache when it is on)
-    if stale:
-        time.sleep(1.1)  # every cached figure is now stale: served as is, one refresh enqueued (on commit) each
+    if served:
+        tasks.figures_refresh()  # as the every-minute schedule does
+    else:
+        client.get(url)  # warm-up
     timings = []
     for _ in range(5):
         start = time.perf_counter()

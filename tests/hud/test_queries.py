@@ -287,30 +287,62 @@ def test_each_window_of_the_overview_picks_its_own_latest_attempts(make_backend)
     assert row.spark == queries.daily_pass_rates(days=queries.SPARK_DAYS, event="push")[backend.id]
 
 
-def test_a_stale_figure_is_served_at_once_and_refreshed_by_one_task(
+def test_a_figure_older_than_hud_cache_seconds_is_computed_by_the_request_which_enqueues_nothing(
     settings, make_backend, django_assert_num_queries, django_capture_on_commit_callbacks
 ):
     from django.core.cache import cache
 
-    from hud import tasks
-
     settings.HUD_CACHE_SECONDS = 60
     cache.clear()
-    backend = make_backend("stale/npu")
+    backend = make_backend("aged/npu")
     job(backend, name="a", event_type="push", head_sha="1" * 40)
-    first = queries.backend_stats(days=1, event="push")  # the first request computes
+    first = queries.backend_stats(days=1, event="push")
     job(backend, name="b", conclusion="failure", event_type="push", head_sha="1" * 40)
     key = queries.figure_key("database", "stats", (1, "push", None))
     computed_at, value = cache.get(key)
     cache.set(key, (computed_at - 61, value))  # a minute later
 
-    with django_capture_on_commit_callbacks() as enqueued, django_assert_num_queries(0):
-        assert queries.backend_stats(days=1, event="push") == first  # stale, served from the cache
-        assert queries.backend_stats(days=1, event="push") == first  # the refresh is already on its way
-    assert len(enqueued) == 1
-
-    tasks.figure_refresh("stats", (1, "push", None), "database")
-
-    assert queries.backend_stats(days=1, event="push")[backend.id].counts.total == 2
-    assert cache.add(queries.figure_key("database", "stats", (1, "push", None), "lock"), 1)  # the lock is free again
+    with django_capture_on_commit_callbacks() as enqueued, django_assert_num_queries(1):
+        assert queries.backend_stats(days=1, event="push")[backend.id].counts.total == 2  # computed here
+    with django_assert_num_queries(0):
+        assert queries.backend_stats(days=1, event="push") != first  # and cached
+    assert enqueued == []
     cache.clear()
+
+
+def test_the_refresh_task_caches_every_figure_the_default_pages_show(
+    client, settings, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    from django.core.cache import cache
+
+    from hud import tasks
+
+    s = scenario.build()
+    settings.HUD_CACHE_SECONDS = 180
+    cache.clear()
+    tasks.figures_refresh()
+    job(s.backend, name="late", event_type="pull_request", pr_number=101, head_sha=scenario.A)  # after the refresh
+
+    pages = ["/oot/", "/oot/?days=1", "/oot/?days=30", "/api/oot/", "/oot/metrics/", "/oot/metrics/?days=90"]
+    with django_capture_on_commit_callbacks() as enqueued:
+        for url in pages:
+            with django_assert_num_queries(1):  # the allowlist; every figure comes from the cache
+                assert client.get(url).status_code == 200
+    assert enqueued == []
+    assert "33.3" in client.get("/oot/").content.decode()  # as refreshed: 2 of 6, without the late job
+    cache.clear()
+
+
+def test_the_default_figures_are_refreshed_every_minute():
+    from django_q.models import Schedule
+
+    schedule = Schedule.objects.get(name="hud: refresh the default figures")
+    assert (schedule.func, schedule.schedule_type, schedule.minutes) == ("hud.tasks.figures_refresh", "I", 1)
+
+
+def test_the_refresh_does_nothing_with_the_cache_off(settings, django_assert_num_queries):
+    from hud import tasks
+
+    settings.HUD_CACHE_SECONDS = 0
+    with django_assert_num_queries(0):
+        tasks.figures_refresh()
