@@ -16,13 +16,24 @@ Reading: a row is stored again each time its JobResult changes (and the replicat
 recent rows), so rows only collapse to the latest version at merge time. Queries must deduplicate:
 `SELECT … FROM oot_workflow_job FINAL` (simplest; ClickHouse merges at read time and drops rows marked
 deleted), or `argMax(column, version) … GROUP BY id` with `HAVING argMax(is_deleted, version) = 0`.
+
+Latest attempts: each row also carries `newer_finished_at`, the latest finish time of the newer attempts of its
+job (hud.queries: the same backend, event, tested SHA `job_sha`, workflow and job name; newer by created_at,
+run_attempt, id), 1970 when it has none. A row is its job's latest attempt within a window starting at `t` exactly
+when `finished_at >= t > newer_finished_at`, so the HUD reads latest attempts with a filter instead of grouping by job.
+Rows arrive from PostgreSQL without it (NULL: pending, in no window); at the end of each run replication recomputes it
+for every attempt of the jobs on the SHAs of pending rows and stores again, with the same version, the rows whose
+value changed (of equal versions ReplacingMergeTree keeps the last inserted). A row that moves to another job (a head
+SHA reported late) or is deleted first marks the attempts it leaves pending. Whatever a stopped run left pending, the
+next one (or `ensure_schema`) computes.
 """
 
 import json
 import logging
 import os
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
@@ -51,8 +62,36 @@ BATCH_SIZE = 5000
 # by the next run (plus clock skew between app servers): that much before the last run is read again.
 OVERLAP = timedelta(seconds=60)
 CHDB_BUSY_WAIT = 10.0
+# chdb deletes the parts that merges replaced only in a session open for about cleanup_delay_period (30 s + up to
+# 10 s by default), which units of work never are; every open loads the leftovers again (tens of ms per hundred).
+# With these settings a session of a second or two cleans up, and a run that finds many leftovers waits for it.
+CHDB_SETTINGS = {"cleanup_delay_period": 1, "max_cleanup_delay_period": 1, "cleanup_delay_period_random_add": 0}
+CHDB_LEFTOVER_PARTS = 100
+CHDB_CLEANUP_WAIT = 5.0
 _LOCK_KEY = 7_020_011  # PostgreSQL advisory lock: one replication run at a time
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+KEY = "(backend_id, event_type, created_at, id)"  # the sorting key: every version of a row has the same
+LINK_ALL = 10_000  # with more SHAs than this to relink, one pass over the whole table is cheaper
+# Columns derived for the HUD's reads, added after the first version of the table (see UPGRADES).
+DERIVED_COLUMNS = [
+    """job_sha String MATERIALIZED if(head_sha = '', delivery_id, head_sha)
+        COMMENT 'the tested SHA of the job (hud.queries): head_sha, or delivery_id until a SHA is reported'""",
+    """outcome_code UInt8 MATERIALIZED multiIf(status != 'completed', 0, conclusion = 'success', 1,
+            conclusion IN ('skipped', 'neutral'), 2,
+            conclusion = 'failure' AND (ifNull(failed, 0) > 0 OR failed_tests != '[]'), 3,
+            conclusion = 'timed_out', 5, 4)
+        COMMENT 'hud.store_db.outcome_sql as a number: running, success, skipped, test, infra, infra (timed out);
+            after changing it, ALTER TABLE … MATERIALIZE COLUMN outcome_code'""",
+    """newer_finished_at Nullable(DateTime64(6, 'UTC'))
+        COMMENT 'latest finished_at of the newer attempts of the same job, 1970 if none; NULL until replicate()
+            has computed it (the row then counts in no window)'""",
+]
+JOB_SHA_INDEX = "job_sha_bloom job_sha TYPE bloom_filter GRANULARITY 4"
+# The rows of the jobs tested on the SHAs bound as `shas`, for a FINAL read: their sorting keys are found first,
+# without FINAL, through the job_sha skip index.
+_IN_SHAS = "job_sha IN {shas:Array(String)}"
+OF_SHAS = f"{KEY} IN (SELECT {KEY} FROM {TABLE} WHERE {_IN_SHAS}) AND {_IN_SHAS}"
 
 # Sorting key and partition use only columns a JobResult never changes (backend, event type, creation
 # time, id): ReplacingMergeTree collapses versions of a row only when they share both. A job's finish time
@@ -83,6 +122,7 @@ SCHEMA = [
         completed_at Nullable(DateTime64(6, 'UTC')),
         finished_at DateTime64(6, 'UTC') MATERIALIZED coalesce(completed_at, started_at, created_at)
             COMMENT 'JobResult.finished_at; select it by name (SELECT * leaves it out)',
+        {", ".join(DERIVED_COLUMNS)},
         queue_time Nullable(Float64),
         execution_time Nullable(Float64),
         passed Nullable(UInt32),
@@ -102,13 +142,20 @@ SCHEMA = [
         is_deleted UInt8 DEFAULT 0 COMMENT '1 on a tombstone for a JobResult deleted in PostgreSQL',
         INDEX finished_at_minmax finished_at TYPE minmax GRANULARITY 4,
         INDEX head_sha_bloom head_sha TYPE bloom_filter GRANULARITY 4,
-        INDEX pr_number_bloom pr_number TYPE bloom_filter GRANULARITY 4
+        INDEX pr_number_bloom pr_number TYPE bloom_filter GRANULARITY 4,
+        INDEX {JOB_SHA_INDEX}
     )
     ENGINE = ReplacingMergeTree(version, is_deleted)
     PARTITION BY toYYYYMM(created_at)
-    ORDER BY (backend_id, event_type, created_at, id)
+    ORDER BY {KEY}
     """,
 ]
+# What tables created before a column or index need: its name and the statement that adds it. Existing rows get the
+# derived columns on read until merges store them, and newer_finished_at NULL (pending, see ensure_schema).
+UPGRADES = {
+    **{column.split()[0]: f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS {column}" for column in DERIVED_COLUMNS},
+    "job_sha_bloom": f"ALTER TABLE {TABLE} ADD INDEX IF NOT EXISTS {JOB_SHA_INDEX}",
+}
 
 # ClickHouse column → JobResult lookup, in insert order.
 COLUMNS: dict[str, str] = {
@@ -151,6 +198,9 @@ COLUMNS: dict[str, str] = {
 INSERT_COLUMNS = [*COLUMNS, "version"]
 _FAILED_TESTS = list(COLUMNS).index("failed_tests")
 _UPDATED_AT = list(COLUMNS).index("updated_at")
+_HEAD_SHA = list(COLUMNS).index("head_sha")
+_DELIVERY_ID = list(COLUMNS).index("delivery_id")
+_CREATED_AT = list(COLUMNS).index("created_at")
 
 
 class ClickHouseError(Exception):
@@ -258,7 +308,9 @@ def _redacted(url: str) -> str:
 
 
 def ensure_schema() -> None:
-    """Create the database and table when missing; safe to run any number of times."""
+    """Create the database and table when missing, add what older tables lack and compute newer_finished_at where it
+    is unknown (every row after that column is added; rows of a run that stopped before it computed them); safe to
+    run any number of times."""
     database = _database()
     if database != "default":
         bootstrap = _connect(database="default")
@@ -270,11 +322,97 @@ def ensure_schema() -> None:
             bootstrap.close()
     with client() as ch:
         _create_table(ch)
+        if _pending_shas(ch):
+            with _replication_lock(wait=True):  # with the database only then, and again: a run may have linked them
+                _link_pending(ch)
 
 
 def _create_table(ch: Client) -> None:
     for statement in SCHEMA:
         ch.command(statement)
+    # Only what is missing: an ALTER, even one with nothing to do, rewrites the table's metadata.
+    mine = "WHERE database = currentDatabase() AND table = {table:String}"
+    names = f"SELECT name FROM system.columns {mine} UNION ALL SELECT name FROM system.data_skipping_indices {mine}"
+    found = {name for (name,) in ch.query(names, parameters={"table": TABLE}).result_rows}
+    for name, statement in UPGRADES.items():
+        if name not in found:
+            ch.command(statement)
+    if _is_chdb():
+        engine = ch.query(
+            "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = {table:String}",
+            parameters={"table": TABLE},
+        ).result_rows[0][0]
+        wanted = [f"{name} = {value}" for name, value in CHDB_SETTINGS.items()]
+        if not all(re.search(rf"\b{setting}\b", engine) for setting in wanted):
+            ch.command(f"ALTER TABLE {TABLE} MODIFY SETTING {', '.join(wanted)}")
+
+
+def _is_chdb() -> bool:
+    return urlparse(settings.CLICKHOUSE_URL).scheme == "chdb"
+
+
+def _remove_leftover_parts(ch: Client, *, more_than: int = 0) -> None:
+    """On chdb, with more than ``more_than`` replaced parts still on disk, wait (CHDB_CLEANUP_WAIT at most) while the
+    open session deletes them (see CHDB_SETTINGS)."""
+    if not _is_chdb():
+        return
+    sql = (
+        "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = {table:String} AND NOT active"
+    )
+    deadline = time.monotonic() + CHDB_CLEANUP_WAIT
+    while True:
+        left = ch.query(sql, parameters={"table": TABLE}).result_rows[0][0]
+        if left <= more_than or time.monotonic() > deadline:
+            return
+        more_than = 0  # once waiting, wait for them all
+        time.sleep(0.2)
+
+
+def _mark_pending(ch: Client, shas: Collection[str]) -> None:
+    """Store again, with newer_finished_at unknown, the rows of the jobs tested on ``shas``: the next
+    ``_link_pending`` recomputes those jobs, even if this run stops before it."""
+    columns = ", ".join(INSERT_COLUMNS)
+    sql = f"INSERT INTO {TABLE} ({columns}) SELECT {columns} FROM {TABLE} FINAL WHERE {OF_SHAS}"
+    ch.command(sql, parameters={"shas": sorted(shas)})
+
+
+def _link_pending(ch: Client) -> None:
+    """Compute newer_finished_at for every attempt of the jobs on the SHAs of rows stored without it."""
+    shas = _pending_shas(ch)
+    if shas:
+        _link(ch, shas if len(shas) <= LINK_ALL else None)
+
+
+def _pending_shas(ch: Client) -> list[str]:
+    pending = f"SELECT {KEY} FROM {TABLE} WHERE newer_finished_at IS NULL"  # any version: through a small column
+    sql = f"SELECT DISTINCT job_sha FROM {TABLE} FINAL WHERE {KEY} IN ({pending}) AND newer_finished_at IS NULL"
+    return [sha for (sha,) in ch.query(sql).result_rows]
+
+
+def _link(ch: Client, shas: Collection[str] | None) -> None:
+    """Recompute newer_finished_at for every attempt of the jobs tested on ``shas`` (of every job: None) and store
+    again, with the same version, the rows whose value changed (of equal versions the last inserted wins). Other
+    jobs on those SHAs come along (a coarser, cheaper condition); their values do not change.
+
+    The running MAX that finds the values sorts only identifying columns; the rows to store again are read back by
+    sorting key."""
+    where = f"WHERE {OF_SHAS}" if shas is not None else ""
+    newer = (
+        "max(finished_at) OVER (PARTITION BY backend_id, event_type, job_sha, workflow_name, job_name"
+        " ORDER BY created_at DESC, run_attempt DESC, id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    )
+    changed = f"""
+        SELECT backend_id, event_type, created_at, id, newer FROM (
+            SELECT backend_id, event_type, created_at, id, newer_finished_at AS stored, {newer} AS newer
+            FROM {TABLE} FINAL {where}
+        ) WHERE stored IS NULL OR newer != stored"""
+    columns = ", ".join(INSERT_COLUMNS)
+    ch.command(
+        f"""INSERT INTO {TABLE} ({columns}, newer_finished_at)
+        SELECT {columns}, linked.newer FROM {TABLE} FINAL
+        INNER JOIN ({changed}) AS linked USING (backend_id, event_type, created_at, id) {where}""",
+        parameters={"shas": sorted(shas)} if shas is not None else None,
+    )
 
 
 def select(sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -317,7 +455,10 @@ def replicate(
                     rows = _read_batch(after=after, limit=batch_size)
                     if not rows:
                         break
-                    ch.insert(TABLE, rows, column_names=INSERT_COLUMNS)
+                    moved = _moved_from(ch, rows)
+                    if moved:
+                        _mark_pending(ch, moved)
+                    ch.insert(TABLE, rows, column_names=INSERT_COLUMNS)  # newer_finished_at NULL: pending
                     last = rows[-1]
                     after = (last[_UPDATED_AT], last[0])
                     cursor.advance(updated_at=after[0], row_id=after[1], rows=len(rows))
@@ -326,11 +467,26 @@ def replicate(
                         on_batch(len(rows))
                     if len(rows) < batch_size:
                         break
+                _link_pending(ch)
+                _remove_leftover_parts(ch, more_than=CHDB_LEFTOVER_PARTS)
         except ClickHouseError as ex:
             cursor.fail(error=str(ex), at=timezone.now())
             raise
         cursor.finish(reread_from=started - OVERLAP, at=timezone.now())
         return sent
+
+
+def _moved_from(ch: Client, rows: list[list[Any]]) -> set[str]:
+    """The tested SHAs that rows leave (as stored in ClickHouse now): a late-reported head SHA moves a row from the
+    job of its delivery to another, and the attempts left behind may be latest again."""
+    sql = (
+        f"SELECT id, job_sha FROM {TABLE} WHERE id IN {{ids:Array(UInt64)}}"
+        " AND created_at BETWEEN {first:DateTime64(6, 'UTC')} AND {last:DateTime64(6, 'UTC')}"
+    )
+    created = [row[_CREATED_AT] for row in rows]
+    parameters = {"ids": [row[0] for row in rows], "first": min(created), "last": max(created)}
+    sha = {row[0]: row[_HEAD_SHA] or row[_DELIVERY_ID] for row in rows}
+    return {stored for row_id, stored in ch.query(sql, parameters=parameters).result_rows if stored != sha[row_id]}
 
 
 def pending_rows() -> int:
@@ -353,24 +509,28 @@ def prune_deleted() -> int:
     allowlist disables backends instead), so incremental replication does not see them and
     `backfill_clickhouse` reconciles them here with tombstones that FINAL reads leave out.
     """
-    with client() as ch:
-        stored = ch.query(f"SELECT id, backend_id, event_type, created_at FROM {TABLE} FINAL").result_rows
+    with _replication_lock(wait=True), client() as ch:  # relinking must not race a replication run
+        stored = ch.query(f"SELECT id, backend_id, event_type, created_at, job_sha FROM {TABLE} FINAL").result_rows
         known = set(JobResult.objects.values_list("id", flat=True))
         gone = [row for row in stored if row[0] not in known]
         if gone:
+            _mark_pending(ch, {row[4] for row in gone})  # older attempts of their jobs may be latest now
             version = _micros(timezone.now())
-            tombstones = [[*row, version, 1] for row in gone]
-            columns = ["id", "backend_id", "event_type", "created_at", "version", "is_deleted"]
+            tombstones = [[*row[:4], _EPOCH, version, 1] for row in gone]  # never pending
+            columns = ["id", "backend_id", "event_type", "created_at", "newer_finished_at", "version", "is_deleted"]
             ch.insert(TABLE, tombstones, column_names=columns)
+            _link_pending(ch)
     return len(gone)
 
 
 def optimize() -> None:
     """Merge each partition into one part of latest versions (``OPTIMIZE … FINAL``), so that FINAL reads have nothing
     left to merge. After a backfill: its thousands of inserts leave many parts, and chdb merges in the background
-    only while a process holds the directory. Rewrites the table: minutes on a server for tens of millions of rows."""
+    only while a process holds the directory. Rewrites the table: minutes on a server for tens of millions of rows.
+    On chdb, waits until the replaced parts are deleted, which later (short) units of work would not do."""
     with client() as ch:
         ch.command(f"OPTIMIZE TABLE {TABLE} FINAL")
+        _remove_leftover_parts(ch)
 
 
 def _read_batch(*, after: tuple[datetime, int] | None, limit: int) -> list[list[Any]]:

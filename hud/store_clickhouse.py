@@ -7,10 +7,12 @@ database store this class extends; what it overrides are the reads over JobResul
 
 - the table is read ``FINAL`` (one row per job result, latest version, deleted ones left out), with the window
   condition in WHERE, which ClickHouse applies after that merge;
-- the latest attempt of a job is ``argMax(field, NEWEST)`` per field over the rows in the window, NEWEST being
-  (created_at, run_attempt, id) packed into one number; several windows share one grouping (``argMaxIf``);
-- the figures of one overview (stats, sparklines, the L3 bar) come from one statement (``figures_sql``), whose rows
-  ``store_db.collect`` reads as it reads the database store's;
+- the latest attempt of a job within a window starting at ``since`` is its row with ``finished_at >= since >
+  newer_finished_at`` (a column that replication keeps, see ``hud.clickhouse``), so latest attempts are a filter, not a
+  grouping by job, and each figure reads its window's on its own;
+- the figures of one overview (stats, sparklines, the L3 bar) come from one statement (``figures_sql``), a UNION ALL
+  of one SELECT per figure as in the database store, whose rows ``store_db.collect`` reads as it reads the database
+  store's;
 - ``quantileExactInclusive`` interpolates linearly between closest ranks, as ``percentile_cont`` does;
 - datetimes are bound as ``DateTime64(6)`` server-side parameters, so microseconds count as in PostgreSQL;
 - before FINAL merges, window reads are pruned by creation time and point reads by sorting key (``in_window``,
@@ -33,6 +35,7 @@ from django.conf import settings
 from hud import clickhouse
 from hud import queries as q
 from hud.store_db import (
+    FIGURE_COLUMNS,
     Ask,
     DatabaseStore,
     Dialect,
@@ -49,26 +52,11 @@ from hud.store_db import (
 )
 from ootci.models import PullRequest
 
-SHA_KEY = "if(head_sha = '', delivery_id, head_sha)"
+SHA_KEY = "job_sha"  # the tested SHA of a job (a column derived at insert, see hud.clickhouse)
 SINCE = "{since:DateTime64(6, 'UTC')}"
-# What the figures need of a latest attempt. failed_tests holds json.dumps of a list, so "[]" is the empty one.
-LATEST = {
-    # The outcome (see store_db.outcome_sql) as a number, one cheap argMax instead of three; 5 is a timed-out infra.
-    "code": """multiIf(status != 'completed', 0, conclusion = 'success', 1, conclusion IN ('skipped', 'neutral'), 2,
-                       conclusion = 'failure' AND (ifNull(failed, 0) > 0 OR failed_tests != '[]'), 3,
-                       conclusion = 'timed_out', 5, 4)""",
-    # argMax skips NULL values (it would take an older attempt's), so NULLs travel as -1 or NaN (see NULLABLE).
-    "pr_number": "ifNull(toInt64(pr_number), -1)",
-    "queue_time": "ifNull(queue_time, nan)",
-    "execution_time": "ifNull(execution_time, nan)",
-    "finished_at": "finished_at",
-    "began": "coalesce(started_at, created_at)",
-}
-NULLABLE = {
-    "pr_number": "if({0} < 0, NULL, {0})",
-    "queue_time": "if(isNaN({0}), NULL, {0})",
-    "execution_time": "if(isNaN({0}), NULL, {0})",
-}
+# The outcome (store_db.outcome_sql) as a number, derived at insert: running, success, skipped, test, infra, and 5 for
+# a timed-out infrastructure failure.
+CODE = "outcome_code"
 OUTCOME = "['running', 'success', 'skipped', 'test', 'infra', 'infra'][code + 1]"
 JOB_FIELDS = (
     "id, backend_id, event_type, pr_number, head_sha, delivery_id, workflow_name, job_name, run_id, run_attempt, "
@@ -76,35 +64,13 @@ JOB_FIELDS = (
     "execution_time, passed, failed, skipped, failed_tests, run_url, artifact_url, level, upstream_check_run_id, "
     "one_shot, relay_decided, source, upstream_repo"
 )
-# (created_at, run_attempt, id), the order of attempts, as one number (64 + 32 + 64 bits).
-NEWEST = (
-    "bitOr(bitShiftLeft(toUInt256(toUnixTimestamp64Micro(created_at)), 96), "
-    "bitOr(bitShiftLeft(toUInt256(run_attempt), 64), toUInt256(id)))"
-)
-# What each figure (see store_db.NEEDS) reads of a latest attempt.
-FIGURE_FIELDS = {
-    "stats": ("finished_at", "pr_number", "queue_time", "execution_time"),
-    "daily": ("finished_at",),
-    "run": ("finished_at", "pr_number", "began"),
-}
-FIGURES = ("stats", "daily", "run")
-STATS, DAILY, RUN = 1, 2, 3  # positions in FIGURES, from 1
-IS_STATS = f"figure = {STATS}"
-STATS_AGGREGATES = f"""arrayUniq(groupArrayIf(pr_number, {IS_STATS})) AS prs,
-            quantileExactInclusiveIf(0.5)(queue_time, {IS_STATS}) AS queue_median,
-            quantileExactInclusiveIf(0.9)(queue_time, {IS_STATS}) AS queue_p90,
-            avgIf(queue_time, {IS_STATS}) AS queue_avg,
-            quantileExactInclusiveIf(0.5)(execution_time, {IS_STATS}) AS duration_median,
-            avgIf(execution_time, {IS_STATS}) AS duration_avg"""
-STATS_NONE = """0 AS prs, NULL AS queue_median, NULL AS queue_p90, NULL AS queue_avg, NULL AS duration_median,
-            NULL AS duration_avg"""
 # Attempts of one job as the database store finds them: the same head SHA, or (none reported) the same delivery.
 SAME_JOB = (
     "backend_id = {backend_id:UInt64} AND event_type = {event:String} AND workflow_name = {workflow:String} "
     "AND job_name = {job:String} AND head_sha = {sha:String} AND (head_sha != '' OR delivery_id = {delivery:String})"
 )
 PR_JOBS = "pr_number = {number:UInt32} AND event_type = 'pull_request'"
-KEY = "(backend_id, event_type, created_at, id)"  # the sorting key: every version of a row has the same
+KEY = clickhouse.KEY
 
 
 def in_window(where: str) -> str:
@@ -115,7 +81,7 @@ def in_window(where: str) -> str:
     that meets it. That minimum is read without FINAL, through the finished_at skip index.
     """
     first = f"SELECT min(created_at) FROM {clickhouse.TABLE} WHERE {where}"
-    return f"{clickhouse.TABLE} FINAL WHERE created_at >= ({first}) AND {where}"
+    return f"{clickhouse.TABLE} FINAL WHERE created_at >= ({first}) AND ({where})"
 
 
 def matching(where: str) -> str:
@@ -124,113 +90,73 @@ def matching(where: str) -> str:
     return f"{clickhouse.TABLE} FINAL WHERE {KEY} IN (SELECT {KEY} FROM {clickhouse.TABLE} WHERE {where}) AND {where}"
 
 
-def window_condition(name: str, since: str = "since") -> str:
-    return f"event_type = {{{name}_event:String}} AND finished_at >= {{{name}_{since}:DateTime64(6, 'UTC')}}"
+def window_condition(name: str) -> str:
+    return f"event_type = {{{name}_event:String}} AND finished_at >= {{{name}_since:DateTime64(6, 'UTC')}}"
 
 
-def latest_sql(
-    windows: Windows, *fields: str, backend: bool = False, needs: dict[str, tuple[str, ...]] | None = None
-) -> str:
-    """Latest attempts of the jobs finished in each window (name → (event, since); parameters as
-    ``window_parameters``): one row per window and job with the window's position ``w``, backend_id, sha, ``fields``,
-    outcome and timed_out (1 for a timed-out infrastructure failure). ``needs`` names the fields each window's
-    figures read (default: all); the others hold any value.
-
-    One GROUP BY over the union of the windows picks each field of the latest attempt within each window
-    (argMaxIf), so several windows cost one read and one grouping; one typed argMax per field over one number
-    (NEWEST) is several times cheaper than argMax of a tuple by a tuple.
-    """
-    ranges: dict[str, str] = {}
-    for name, (event, _) in windows.items():
-        ranges.setdefault(event, name)  # one condition per event, from its earliest window
-    where = " OR ".join(f"({window_condition(name, 'from')})" for name in ranges.values())
+def latest_sql(name: str, *, backend: bool = False) -> str:
+    """Latest attempts of the jobs finished in window ``name`` (parameters as ``window_parameters``): one row per job,
+    with backend_id, sha, pr_number, queue_time, execution_time, finished_at, began, code (CODE), outcome and
+    timed_out (1 for a timed-out infrastructure failure). ClickHouse reads only the columns a caller uses."""
+    where = f"{window_condition(name)} AND newer_finished_at < {{{name}_since:DateTime64(6, 'UTC')}}"
     if backend:
-        where = f"({where}) AND backend_id = {{backend_id:UInt64}}"
-    names = ["code", *fields]
-    key = "backend_id, sha, workflow_name, job_name" + (", event_type" if len(ranges) > 1 else "")
-    if len(windows) == 1:
-        (w,) = windows
-        per_job = ", ".join(f"argMax({LATEST[n]}, {NEWEST}) AS l_{n}" for n in names)
-        picked = "0 AS w, " + ", ".join(f"{restored(n, f'l_{n}')} AS {n}" for n in names)
-        keep = ""
-    else:
-        wanted = {w: ["code", *(needs or {}).get(w, fields)] for w in windows}
-        source = {n: next(w for w in windows if n in wanted[w]) for n in names}  # a window that reads field n
-        per_job = ", ".join(
-            [f"countIf({window_condition(w)}) AS n_{w}" for w in windows]
-            + [f"argMaxIf({LATEST[n]}, {NEWEST}, {window_condition(w)}) AS {n}_{w}" for w in windows for n in wanted[w]]
-        )
-        picked = "t.1 AS w, " + ", ".join(f"{restored(n, f't.{i}')} AS {n}" for i, n in enumerate(names, start=3))
-        each = ", ".join(
-            f"({i}, n_{w}, {', '.join(f'{n}_{w if n in wanted[w] else source[n]}' for n in names)})"
-            for i, w in enumerate(windows)
-        )
-        keep = f"ARRAY JOIN [{each}] AS t WHERE t.2 > 0"  # a row per window in which the job has an attempt
+        where += " AND backend_id = {backend_id:UInt64}"
     return f"""
-    SELECT backend_id, sha, {picked}, {OUTCOME} AS outcome, code = 5 AS timed_out
-    FROM (
-        SELECT backend_id, {SHA_KEY} AS sha, {per_job}
-        FROM {in_window(where)}
-        GROUP BY {key}
-    ) {keep}"""
-
-
-def restored(name: str, value: str) -> str:
-    return NULLABLE[name].format(value) if name in NULLABLE else value
+    SELECT backend_id, {SHA_KEY} AS sha, pr_number, queue_time, execution_time, finished_at,
+        coalesce(started_at, created_at) AS began, {CODE} AS code, {OUTCOME} AS outcome, code = 5 AS timed_out
+    FROM {in_window(where)}"""
 
 
 def window_parameters(windows: Windows, **extra: Any) -> dict[str, Any]:
     """Query parameters of ``latest_sql`` (and ``extra``)."""
     found: dict[str, Any] = dict(extra)
-    earliest: dict[str, tuple[str, datetime]] = {}
     for name, (event, since) in windows.items():
         found[f"{name}_event"], found[f"{name}_since"] = event, since
-        first, at = earliest.get(event, (name, since))
-        earliest[event] = (first, min(at, since))
-    for first, at in earliest.values():
-        found[f"{first}_from"] = at
     return found
 
 
-def figures_sql(windows: Windows, asks: list[Ask], *, backend: bool) -> str:
-    """The figure rows (as ``store_db.collect`` reads them) of ``asks``, in one statement: each latest attempt is
-    counted once in each figure of its window (ARRAY JOIN); a first GROUP BY makes the figures' groups, and the PR
-    runs of the "run" figure, which a second GROUP BY folds into their p90. The stats aggregates are -If ones, so
-    the many PR-run groups carry empty states."""
-    kinds = {w: [kind for kind, ww in asks if ww == w] for w in windows}
-    needs = {w: tuple(dict.fromkeys(f for kind in kinds[w] for f in FIGURE_FIELDS[kind])) for w in windows}
-    fields = tuple(dict.fromkeys(f for w in windows for f in needs[w]))
-    # Windows and figures are numbers inside (positions in ``windows`` from 0, in FIGURES from 1), names at the end.
-    sets = ", ".join(
-        f"w = {i}, [{', '.join(str(FIGURES.index(k) + 1) for k in kinds[w])}]" for i, w in enumerate(windows)
-    )
-    names = ", ".join(f"'{w}'" for w in windows)
-    run_pr = f"if(figure = {RUN}, pr_number, NULL)" if "began" in fields else "NULL"
-    return f"""
-    SELECT concat({list(FIGURES)}[figure], ':', [{names}][w + 1]) AS kind, backend_id,
-        if(figure = {DAILY}, day_key, NULL) AS day,
-        any(successes) AS successes, any(test_failures) AS test_failures, any(infra_failures) AS infra_failures,
-        any(running) AS running, any(skipped) AS skipped, any(timed_outs) AS timed_out, any(prs) AS prs,
-        any(queue_median) AS queue_median, any(queue_p90) AS queue_p90, any(queue_avg) AS queue_avg,
-        any(duration_median) AS duration_median, any(duration_avg) AS duration_avg, any(last_run) AS last_run,
-        any(ok) AS ok, any(total) AS total, quantileExactInclusiveIf(0.9)(span, figure = {RUN}) AS p90
-    FROM (
-        SELECT figure, w, backend_id, if(figure = {DAILY}, toDate(finished_at), toDate(0)) AS day_key,
-            {run_pr} AS run_pr,
-            if(figure = {RUN}, sha, '') AS run_sha,
-            countIf(outcome = 'success') AS successes, countIf(outcome = 'test') AS test_failures,
-            countIf(outcome = 'infra') AS infra_failures, countIf(outcome = 'running') AS running,
-            countIf(outcome = 'skipped') AS skipped, countIf(timed_out) AS timed_outs,
-            {STATS_AGGREGATES if "queue_time" in fields else STATS_NONE},
-            max(finished_at) AS last_run, countIf(outcome = 'success') AS ok,
-            countIf(outcome IN ('success', 'test', 'infra')) AS total,
-            {"dateDiff('microsecond', min(began), max(finished_at)) / 1e6" if "began" in fields else "0"} AS span
-        FROM ({latest_sql(windows, *fields, backend=backend, needs=needs)})
-        ARRAY JOIN multiIf({sets}, []) AS figure
-        WHERE figure != {RUN} OR outcome != 'running'
-        GROUP BY figure, w, backend_id, day_key, run_pr, run_sha
-    )
-    GROUP BY figure, w, backend_id, day_key"""
+def figures_sql(asks: list[Ask], *, backend: bool) -> str:
+    """The figure rows (as ``store_db.collect`` reads them) of ``asks``: one SELECT per figure over the latest attempts
+    of its window, as ``store_db.figure_selects``, in one statement (ClickHouse runs the parts side by side)."""
+    selects = []
+    for kind, w in asks:
+        latest = f"FROM ({latest_sql(w, backend=backend)})"
+        if kind == "stats":
+            selects.append(
+                figure_select(
+                    f"stats:{w}",
+                    f"{latest} GROUP BY backend_id",
+                    successes="countIf(code = 1)",
+                    test_failures="countIf(code = 3)",
+                    infra_failures="countIf(code >= 4)",
+                    running="countIf(code = 0)",
+                    skipped="countIf(code = 2)",
+                    timed_out="countIf(code = 5)",
+                    prs="uniqExact(pr_number)",
+                    queue_median="quantileExactInclusive(0.5)(queue_time)",
+                    queue_p90="quantileExactInclusive(0.9)(queue_time)",
+                    queue_avg="avg(queue_time)",
+                    duration_median="quantileExactInclusive(0.5)(execution_time)",
+                    duration_avg="avg(execution_time)",
+                    last_run="max(finished_at)",
+                )
+            )
+        elif kind == "daily":
+            tail = f"{latest} GROUP BY backend_id, day"
+            ok, total = "countIf(code = 1)", "countIf(code NOT IN (0, 2))"
+            selects.append(figure_select(f"daily:{w}", tail, day="toDate(finished_at)", ok=ok, total=total))
+        else:
+            span = "dateDiff('microsecond', min(began), max(finished_at)) / 1e6"
+            per_pr = f"SELECT backend_id, {span} AS span {latest} WHERE code != 0 GROUP BY backend_id, pr_number, sha"
+            tail = f"FROM ({per_pr}) GROUP BY backend_id"
+            selects.append(figure_select(f"run:{w}", tail, p90="quantileExactInclusive(0.9)(span)"))
+    return " UNION ALL ".join(selects)
+
+
+def figure_select(kind: str, tail: str, **columns: str) -> str:
+    """One SELECT with every column of ``store_db.FIGURE_COLUMNS`` (NULL where ``columns`` gives none)."""
+    picked = ", ".join(f"{columns.get(name, 'NULL')} AS {name}" for name in FIGURE_COLUMNS if name != "backend_id")
+    return f"SELECT '{kind}' AS kind, backend_id, {picked} {tail}"
 
 
 def select(sql: str, **parameters: Any) -> list[dict[str, Any]]:
@@ -279,9 +205,7 @@ class ClickHouseStore(DatabaseStore):
     def _figures(self, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> dict[Ask, Any]:
         backend = backend_id is not None
         with clickhouse.session():
-            rows = select(
-                figures_sql(windows, asks, backend=backend), **window_parameters(windows, backend_id=backend_id)
-            )
+            rows = select(figures_sql(asks, backend=backend), **window_parameters(windows, backend_id=backend_id))
         d = Dialect()
         lost = lost_selects(d, asks, backend=backend)
         if lost:
@@ -298,8 +222,8 @@ class ClickHouseStore(DatabaseStore):
         wanted = offset + q.PER_PAGE + 1
         windows = {"m": (event, since)}
         grouped = f"""
-        SELECT pr_number, sha, max(finished_at) AS at, countIf(outcome IN ('test', 'infra')) AS bad
-        FROM ({latest_sql(windows, "pr_number", "finished_at", backend=True)})"""
+        SELECT pr_number, sha, max(finished_at) AS at, countIf(code >= 3) AS bad
+        FROM ({latest_sql("m", backend=True)})"""
         having = "HAVING bad > 0" if failing_only else ""
         params = window_parameters(windows, backend_id=backend_id)
         with clickhouse.session():
@@ -348,11 +272,9 @@ class ClickHouseStore(DatabaseStore):
             return {}
         where = (
             f"backend_id = {{backend_id:UInt64}} AND event_type = {{event:String}} AND finished_at >= {SINCE} "
-            f"AND {SHA_KEY} IN {{shas:Array(String)}}"
+            f"AND newer_finished_at < {SINCE} AND {SHA_KEY} IN {{shas:Array(String)}}"
         )
-        sql = f"""
-        SELECT {JOB_FIELDS} FROM {matching(where)}
-        ORDER BY created_at DESC, run_attempt DESC, id DESC LIMIT 1 BY {SHA_KEY}, workflow_name, job_name"""
+        sql = f"SELECT {JOB_FIELDS} FROM {matching(where)}"  # latest attempts in the window, one per job
         result: dict[tuple, list[q.Job]] = defaultdict(list)
         for r in select(sql, backend_id=backend_id, event=event, since=since, shas=shas):
             job = job_from_row(r)

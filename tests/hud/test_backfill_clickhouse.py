@@ -66,6 +66,8 @@ def test_backfill_copies_everything_with_progress(chdb, old_jobs):
     out, err = backfill("--batch-size", "2")
 
     assert ids() == [j.pk for j in old_jobs]
+    pending = clickhouse.select(f"SELECT count() AS n FROM {clickhouse.TABLE} FINAL WHERE newer_finished_at IS NULL")
+    assert pending == [{"n": 0}]  # every row knows whether its job has a newer attempt
     assert "Copied 5 job results" in out
     assert "5/5 rows (100%)" in err
     assert "rows/s" in err and "ETA" in err

@@ -121,8 +121,118 @@ def test_an_update_replicates_and_collapses_to_one_row(chdb, make_job):
     rows = stored()
     assert len(rows) == 1
     assert (rows[0]["status"], rows[0]["conclusion"], rows[0]["passed"]) == ("completed", "success", 10)
-    copies = clickhouse.select(f"SELECT count() AS n FROM {clickhouse.TABLE}")[0]["n"]
-    assert copies >= 2  # the older copy is still stored until a merge: FINAL is what hides it
+
+
+def newer_finished(*jobs: JobResult) -> list[datetime | None]:
+    """Each job's stored newer_finished_at (None: the epoch, no newer attempt)."""
+    sql = f"SELECT id, newer_finished_at FROM {clickhouse.TABLE} FINAL"
+    found = {r["id"]: r["newer_finished_at"] for r in clickhouse.select(sql)}
+    return [None if found[j.pk] == datetime(1970, 1, 1, tzinfo=UTC) else found[j.pk] for j in jobs]
+
+
+def attempts(make_job, count: int, **fields) -> list[JobResult]:
+    """``count`` attempts of one job, the later ones newer, each finished an hour after the one before."""
+    found = []
+    for n in range(count):
+        at = datetime(2026, 3, 1, 12, tzinfo=UTC) + timedelta(hours=n)
+        same = {"head_sha": "a" * 40, "delivery_id": "delivery-a", "pr_number": 7, "run_id": "1"} | fields
+        found.append(
+            make_job(
+                **same,
+                run_attempt=n + 1,
+                created_at=at,
+                started_at=at,
+                status="completed",
+                conclusion="success",
+                completed_at=at + timedelta(minutes=30),
+            )
+        )
+    return found
+
+
+def test_each_row_knows_when_the_newer_attempts_of_its_job_finished(chdb, make_job):
+    first, second, third = attempts(make_job, 3)
+    other = make_job(head_sha="a" * 40, job_name="other-job")  # same SHA, another job
+
+    tasks.clickhouse_replicate()
+
+    assert newer_finished(first, second, third, other) == [third.completed_at, third.completed_at, None, None]
+    assert not clickhouse.select(f"SELECT id FROM {clickhouse.TABLE} FINAL WHERE newer_finished_at IS NULL")
+
+
+def test_a_newer_attempt_that_completes_updates_the_attempts_before_it(chdb, make_job):
+    first, second = attempts(make_job, 2)
+    second.status, second.conclusion, second.completed_at = "in_progress", "", None
+    second.save()
+    tasks.clickhouse_replicate()
+    assert newer_finished(first) == [second.started_at]  # still running: its finish time is its start
+    age(first, by=timedelta(days=1))  # not sent again
+
+    second.status, second.conclusion = "completed", "failure"
+    second.completed_at = second.started_at + timedelta(hours=2)
+    second.save()
+    tasks.clickhouse_replicate()
+
+    assert newer_finished(first, second) == [second.completed_at, None]
+
+
+def test_a_late_head_sha_moves_a_row_to_its_job_and_the_attempt_left_behind_is_latest_again(chdb, make_job):
+    first, second = attempts(make_job, 2, head_sha="", pr_number=None)  # keyed by their delivery
+    tasks.clickhouse_replicate()
+    assert newer_finished(first, second) == [second.completed_at, None]
+    age(first, by=timedelta(days=1))  # not sent again: only the moved row tells that its old job changed
+
+    second.head_sha = "b" * 40
+    second.save()
+    tasks.clickhouse_replicate()
+
+    assert newer_finished(first, second) == [None, None]
+
+
+def test_pruning_a_deleted_newest_attempt_makes_the_one_before_latest(chdb, make_job):
+    first, second = attempts(make_job, 2)
+    tasks.clickhouse_replicate()
+
+    second.delete()
+    assert clickhouse.prune_deleted() == 1
+
+    assert newer_finished(first) == [None]
+
+
+def insert_as_a_run_does(ch) -> None:
+    """Every JobResult, inserted as replicate() inserts a batch, before it computes newer_finished_at."""
+    ch.insert(clickhouse.TABLE, clickhouse._read_batch(after=None, limit=100), column_names=clickhouse.INSERT_COLUMNS)
+
+
+def test_rows_a_stopped_run_left_without_their_value_get_it_from_the_next_run(chdb, make_job):
+    first, second = attempts(make_job, 2)
+    clickhouse.ensure_schema()
+    with clickhouse.client() as ch:
+        insert_as_a_run_does(ch)
+    clickhouse.reset_cursor()  # the run did not advance
+
+    tasks.clickhouse_replicate()
+
+    assert newer_finished(first, second) == [second.completed_at, None]
+
+
+def test_a_table_from_before_the_derived_columns_gets_them_and_their_values(chdb, make_job):
+    first, second = attempts(make_job, 2)
+    older = clickhouse.SCHEMA[0].replace(", ".join(clickhouse.DERIVED_COLUMNS) + ",", "")
+    older = older.replace(f",\n        INDEX {clickhouse.JOB_SHA_INDEX}", "")
+    assert "newer_finished_at" not in older and "job_sha" not in older
+    with clickhouse.client() as ch:
+        ch.command(older)
+        insert_as_a_run_does(ch)
+
+    clickhouse.ensure_schema()
+    clickhouse.ensure_schema()
+
+    assert newer_finished(first, second) == [second.completed_at, None]
+    ddl = clickhouse.select(f"SHOW CREATE TABLE {clickhouse.TABLE}")[0]["statement"]
+    assert "outcome_code" in ddl and "job_sha_bloom" in ddl
+    codes = clickhouse.select(f"SELECT outcome_code, job_sha FROM {clickhouse.TABLE} FINAL")
+    assert codes == [{"outcome_code": 1, "job_sha": "a" * 40}] * 2
 
 
 def test_it_loses_nothing_while_clickhouse_is_down(chdb, make_job, settings):
@@ -169,6 +279,8 @@ def test_a_run_returns_at_once_while_another_holds_the_lock(chdb, make_job):
             db.execute("SELECT pg_advisory_lock(%s)", [clickhouse._LOCK_KEY])
         assert tasks.clickhouse_replicate() == 0
         assert not ReplicationCursor.objects.filter(last_id__gt=0).exists()
+        with other.cursor() as db:  # before closing: the server may release a closed session's locks a little later
+            db.execute("SELECT pg_advisory_unlock(%s)", [clickhouse._LOCK_KEY])
     finally:
         other.close()
     assert tasks.clickhouse_replicate() == 1
