@@ -1,13 +1,18 @@
 """Relay fixtures: the fake GitHub API (real HTTP, driven by PyGithub) and signed webhook deliveries."""
 
+import copy
 import hashlib
 import hmac
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.scheduler import scheduler
 
 from relay import github
 from tests.fakes.github import AppKey, FakeGitHub, app_key_generate
@@ -27,6 +32,26 @@ def fixture_json(name: str) -> dict[str, Any]:
 
 def sign(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def run_due_retries(func: str) -> None:
+    """What a qcluster's scheduler does once: enqueue the due one-off retries of task ``func`` (tasks run inline,
+    Q_SYNC). Only those: the periodic schedules that migrations install are pushed out of the way."""
+    Schedule.objects.exclude(func=func).update(next_run=timezone.now() + timedelta(days=1))
+    scheduler()
+
+
+def mutated(document: dict, path: tuple[str, ...], key: str, value: Any) -> dict:
+    """A copy of ``document`` with ``key`` of the object at ``path`` set to ``value`` (``...``: removed)."""
+    changed = copy.deepcopy(document)
+    target = changed
+    for step in path:
+        target = target[step]
+    if value is ...:
+        del target[key]
+    else:
+        target[key] = value
+    return changed
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import requests
 
 from ootci.models import CallbackRejection, JobResult
 from tests.fakes.oidc import reporter_body
+from tests.relay.conftest import mutated
 
 
 def test_it_refuses_an_l1_backend(downstream):
@@ -174,15 +175,7 @@ def callback_mutations(body: dict):
             node = node[step]
         for key in node:
             for kind, value in WRONG.items():
-                changed = json.loads(json.dumps(body))
-                target = changed
-                for step in path:
-                    target = target[step]
-                if value is ...:
-                    del target[key]
-                else:
-                    target[key] = value
-                yield f"{'.'.join((*path, key))}={kind}", changed
+                yield f"{'.'.join((*path, key))}={kind}", mutated(body, path, key, value)
 
 
 def test_it_never_answers_500_to_a_body_of_the_wrong_shape(downstream, settings):

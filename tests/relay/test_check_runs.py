@@ -14,13 +14,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
-from django_q.scheduler import scheduler
 
 from ootci.models import Dispatch, JobResult
 from relay import services, tasks
 from tests.fakes.github import Reply
 from tests.fakes.oidc import HEAD
-from tests.relay.conftest import fixture_json
+from tests.relay.conftest import fixture_json, run_due_retries
 
 UPSTREAM = "pytorch/pytorch"  # the repo of Downstream.dispatch()'s PR, #4242 at HEAD
 CHECK_RUNS = f"/repos/{UPSTREAM}/check-runs"
@@ -35,13 +34,6 @@ def creates(fake):
 
 def updates(fake, check_run_id=r"\d+"):
     return fake.requests_to("PATCH", f"{CHECK_RUNS}/{check_run_id}")
-
-
-def run_due_retries():
-    """What a qcluster's scheduler does once: enqueue the due one-off retries (tasks run inline, Q_SYNC).
-    Only ours: the periodic schedules that migrations install are pushed out of the way."""
-    Schedule.objects.exclude(func="relay.tasks.check_run_sync").update(next_run=timezone.now() + timedelta(days=1))
-    scheduler()
 
 
 @pytest.fixture
@@ -347,7 +339,7 @@ def test_a_github_5xx_is_retried_later_and_never_fails_the_callback(fake_github,
     assert retry.schedule_type == Schedule.ONCE and retry.next_run > timezone.now() - timedelta(seconds=1)
     for _ in range(2):  # the scheduler of a qcluster: each retry that fails schedules the next one
         time.sleep(0.2)
-        run_due_retries()
+        run_due_retries("relay.tasks.check_run_sync")
 
     assert [r.status for r in creates(fake_github)] == [500, 502, 201]
     # Before trying again it looks for a check run the failed try may have created.
@@ -368,7 +360,7 @@ def test_a_retry_adopts_the_check_run_a_failed_try_created(fake_github, downstre
     fake_github.check_run_add(UPSTREAM, name=NAME, head_sha=HEAD, status="in_progress", app_id=999)  # not ours
     time.sleep(0.1)
 
-    run_due_retries()
+    run_due_retries("relay.tasks.check_run_sync")
 
     assert [r.status for r in creates(fake_github)] == [502]
     [update] = updates(fake_github)

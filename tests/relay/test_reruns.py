@@ -2,19 +2,16 @@
 of the downstream runs behind them, through the fake GitHub, once per distinct run."""
 
 import time
-from datetime import timedelta
 from urllib.parse import parse_qsl
 
 import pytest
-from django.utils import timezone
 from django_q.models import Schedule
-from django_q.scheduler import scheduler
 
 from ootci.models import Delivery, Dispatch, JobResult, PullRequest
 from relay import tasks
 from tests.fakes.github import Reply
 from tests.fakes.oidc import HEAD
-from tests.relay.conftest import APP_ID, fixture_json
+from tests.relay.conftest import APP_ID, fixture_json, run_due_retries
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,13 +21,6 @@ RUN_ID = "24033272679"
 
 def reruns(fake, repo: str = r"[^/]+/[^/]+", run_id: str = r"\d+"):
     return fake.requests_to("POST", f"/repos/{repo}/actions/runs/{run_id}/rerun-failed-jobs")
-
-
-def run_due_retries():
-    """What a qcluster's scheduler does once: enqueue the due one-off retries (tasks run inline, Q_SYNC).
-    Only ours: the periodic schedules that migrations install are pushed out of the way."""
-    Schedule.objects.exclude(func="relay.tasks.rerun_request").update(next_run=timezone.now() + timedelta(days=1))
-    scheduler()
 
 
 @pytest.fixture
@@ -216,7 +206,7 @@ def test_a_github_failure_on_a_rerun_is_retried_later(fake_github, failed_job, r
     assert rerequest("check_run", fake_github._check_run_json(check_run)).status_code == 202
     assert Schedule.objects.filter(func="relay.tasks.rerun_request").count() == 1
     time.sleep(0.1)
-    run_due_retries()
+    run_due_retries("relay.tasks.rerun_request")
 
     assert [r.status for r in reruns(fake_github)] == [502, 201]
     assert not Schedule.objects.filter(func="relay.tasks.rerun_request").exists()

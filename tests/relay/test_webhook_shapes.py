@@ -5,14 +5,13 @@ hand-made test delivery): every routed event is replayed with each field the rel
 given a wrong type.
 """
 
-import copy
 import json
 import uuid
 
 import pytest
 
 from ootci.models import Delivery
-from tests.relay.conftest import fixture_json, sign
+from tests.relay.conftest import fixture_json, mutated, sign
 
 pytestmark = pytest.mark.django_db
 
@@ -40,15 +39,7 @@ def mutations(payload: dict):
             continue
         for key in node:
             for kind, value in (WRONG if not path else WRONG_DEEP).items():
-                changed = copy.deepcopy(payload)
-                target = changed
-                for step in path:
-                    target = target[step]
-                if value is ...:
-                    del target[key]
-                else:
-                    target[key] = value
-                yield f"{'.'.join((*path, key))}={kind}", changed
+                yield f"{'.'.join((*path, key))}={kind}", mutated(payload, path, key, value)
 
 
 @pytest.mark.parametrize(("event", "name"), ROUTED, ids=[name for _, name in ROUTED])
