@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from ootci.models import Delivery, Dispatch
@@ -181,7 +182,10 @@ def test_two_workers_racing_for_one_dispatch_send_it_once(fake_github, make_back
 
     def work():
         barrier.wait()
-        results.append(tasks.dispatch_send(dispatch.pk))
+        try:
+            results.append(tasks.dispatch_send(dispatch.pk))
+        finally:
+            connection.close()  # this thread's own: left open, it keeps the test database from being dropped
 
     workers = [threading.Thread(target=work) for _ in range(2)]
     for w in workers:
