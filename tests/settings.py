@@ -17,3 +17,6 @@ os.environ.setdefault("Q_SYNC", "true")
 os.environ.setdefault("HUD_CACHE_SECONDS", "0")
 
 from ootci.settings import *  # noqa: E402, F403
+
+# django-q logs a line per enqueued task; benchmarks enqueue thousands.
+LOGGING["loggers"] = {"django-q": {"level": "WARNING"}}  # noqa: F405
