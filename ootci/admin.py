@@ -2,6 +2,7 @@
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.template.response import TemplateResponse
 
 from ootci import levels
@@ -72,23 +73,15 @@ class BackendAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj: Backend, form, change: bool) -> None:
         reason = form.cleaned_data.get("reason", "")
-        if not change:
+        if change and "level" not in form.changed_data:
             super().save_model(request, obj, form, change)
-            LevelChange.objects.create(
-                backend=obj,
-                to_level=obj.level,
-                changed_by=request.user,
-                actor=request.user.get_username(),
-                reason=reason or "added",
-            )
             return
-        if "level" in form.changed_data:
-            new_level = obj.level
-            obj.level = form.initial["level"]
-            super().save_model(request, obj, form, change)
-            obj.change_level(new_level, user=request.user, reason=reason)
-        else:
-            super().save_model(request, obj, form, change)
+        level = obj.level
+        with transaction.atomic():
+            if change:
+                obj.level = form.initial["level"]  # moved below, with its audit row
+                super().save_model(request, obj, form, change)
+            obj.change_level(level, user=request.user, reason=reason or ("" if change else "added"))
 
     @admin.action(description="Promote selected backends one level")
     def promote(self, request, queryset):

@@ -22,7 +22,7 @@ import yaml
 from django.db import transaction
 
 from ootci.levels import ORDER, Level
-from ootci.models import REPO_PATTERN, Backend, LevelChange
+from ootci.models import REPO_PATTERN, Backend
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
@@ -217,10 +217,8 @@ def apply(changes: Plan, *, actor: str, reason: str) -> None:
     """Write a plan in one transaction, with a LevelChange for every new backend and level move."""
     with transaction.atomic():
         for entry in changes.create:
-            backend = Backend.objects.create(
-                repo=entry.repo, level=entry.level, device=entry.device, oncalls=list(entry.oncalls)
-            )
-            LevelChange.objects.create(backend=backend, to_level=entry.level, actor=actor, reason=reason)
+            backend = Backend(repo=entry.repo, device=entry.device, oncalls=list(entry.oncalls))
+            backend.change_level(entry.level, actor=actor, reason=reason)
         for backend, entry in changes.update:
             backend.device = entry.device or backend.device
             backend.oncalls = list(entry.oncalls)

@@ -61,6 +61,16 @@ def l3_label(device: str) -> str:
     return f"{L3_LABEL_PREFIX}{device}"
 
 
+def shown_on_hud() -> list[str]:
+    """The levels whose backends the HUD shows and whose callbacks are accepted (L2 up), highest first."""
+    return [level for level in reversed(ORDER) if POLICIES[level].display_on_hud]
+
+
+def with_check_runs() -> list[str]:
+    """The levels whose backends may get check runs on upstream PRs (L3 with its label, L4)."""
+    return [level for level in ORDER if POLICIES[level].display_on_pr != PrDisplay.NEVER]
+
+
 def wants_check_run(level: str, device: str, labels: list[str] | set[str]) -> bool:
     """Whether a backend's jobs get check runs on an upstream PR carrying ``labels``."""
     shown = policy(level).display_on_pr

@@ -1,12 +1,14 @@
 """The shared domain: the allowlist, upstream deliveries, dispatches and downstream job results."""
 
 import re
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, validate_slug
 from django.db import models, transaction
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.functions import Coalesce, Lower
 from django.utils import timezone
 
@@ -84,22 +86,31 @@ class Backend(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def change_level(self, to: str, *, user=None, actor: str = "", reason: str = "") -> "LevelChange | None":
-        """Move to another level and write the audit row; a no-op when the level is unchanged."""
-        if to == self.level:
+    def change_level(
+        self, to: str, *, user=None, actor: str = "", reason: str = "", at: datetime | None = None
+    ) -> "LevelChange | None":
+        """The one way a backend gets a level: a new backend is saved at ``to``, an existing one moved to it, each
+        with its audit row (LevelChange) in the same transaction. A no-op when an existing backend is already there.
+        """
+        adding = self._state.adding
+        if to == self.level and not adding:
             return None
         with transaction.atomic():
-            change = LevelChange.objects.create(
+            from_level = "" if adding else self.level
+            self.level = to
+            if adding:
+                self.save()
+            else:
+                self.save(update_fields=["level", "updated_at"])
+            return LevelChange.objects.create(
                 backend=self,
-                from_level=self.level,
+                from_level=from_level,
                 to_level=to,
                 changed_by=user,
                 actor=actor or (user.get_username() if user else ""),
                 reason=reason,
+                changed_at=at or timezone.now(),
             )
-            self.level = to
-            self.save(update_fields=["level", "updated_at"])
-        return change
 
 
 class LevelChange(models.Model):
@@ -161,13 +172,35 @@ class Delivery(models.Model):
     payload = models.JSONField(help_text="The verified webhook body")
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     archive_key = models.CharField(max_length=300, blank=True)
+    # The delivery's effect is a task (a label's check-run backfill, a re-run request) that has not run yet. Set in
+    # the transaction that stores the row and cleared by that task, so an effect whose task is lost (broker down,
+    # worker killed) is finished by the "relay: finish pending deliveries" schedule.
+    pending = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-received_at", "-id"]
         verbose_name_plural = "deliveries"
+        indexes = [models.Index(fields=["received_at"], condition=Q(pending=True), name="delivery_pending")]
 
     def __str__(self) -> str:
         return f"{self.event}.{self.action} {self.delivery_id}" if self.action else f"{self.event} {self.delivery_id}"
+
+
+def lost_cutoff(now: datetime | None = None) -> datetime:
+    """Dispatches created before this that no job reported on are lost; jobs in progress since before it time out."""
+    return (now or timezone.now()) - timedelta(hours=settings.ZOMBIE_TIMEOUT_HOURS)
+
+
+class DispatchQuerySet(models.QuerySet):
+    def lost(self, *, since: datetime | None = None, now: datetime | None = None) -> "DispatchQuerySet":
+        """Dispatches to backends the HUD shows, sent (or still pending) before the cut-off, that no job ever reported
+        on: the HUD counts each as an infrastructure failure, the sweeper logs them."""
+        rows = self.filter(
+            status__in=[Dispatch.Status.SENT, Dispatch.Status.PENDING],
+            created_at__lt=lost_cutoff(now),
+            backend__level__in=levels.shown_on_hud(),
+        ).filter(~Exists(JobResult.objects.filter(dispatch=OuterRef("pk"))))
+        return rows.filter(created_at__gte=since) if since is not None else rows
 
 
 class Dispatch(models.Model):
@@ -182,10 +215,11 @@ class Dispatch(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     payload_trimmed = models.BooleanField(default=False, help_text="Large free-text fields were cut to fit")
-    check_run_wanted = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = DispatchQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -197,6 +231,8 @@ class Dispatch(models.Model):
 
 
 class JobResult(models.Model):
+    """One downstream job attempt. Rows are created and moved only by the state machine in ``ootci.jobs``."""
+
     class Status(models.TextChoices):
         IN_PROGRESS = "in_progress"
         COMPLETED = "completed"
@@ -205,6 +241,15 @@ class JobResult(models.Model):
         CALLBACK = "callback"
         INGEST = "ingest"
         SWEEPER = "sweeper"
+
+    class Outcome(models.TextChoices):
+        """How the HUD counts an attempt (README "How we count"); ``outcome`` below is the one place the rule lives."""
+
+        SUCCESS = "success"
+        TEST = "test", "test failure"
+        INFRA = "infra", "infrastructure failure"
+        RUNNING = "running"
+        SKIPPED = "skipped"
 
     backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="job_results")
     dispatch = models.ForeignKey(Dispatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
@@ -232,11 +277,45 @@ class JobResult(models.Model):
     run_url = models.URLField(max_length=1000, blank=True)
     level = models.CharField(max_length=2, choices=Level.choices, blank=True, help_text="Backend level at report")
     upstream_check_run_id = models.BigIntegerField(null=True, blank=True)
+    # Held by the task syncing the upstream check run while it talks to GitHub (a claim, not data: not in updated_at).
+    check_run_claimed_at = models.DateTimeField(null=True, blank=True)
     one_shot = models.BooleanField(default=False, help_text="Completed without an in_progress report")
     relay_decided = models.BooleanField(default=False, help_text="Concluded by the relay (e.g. timed out)")
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.CALLBACK)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    # The domain rules every reader shares, computed by the database on every write path (ORM saves, update(),
+    # bulk writes) and copied as they are to ClickHouse. A generated value read on an instance after a write is
+    # reloaded from the database (``ootci.jobs`` drops it from the instance).
+    finished_at = models.GeneratedField(
+        expression=Coalesce("completed_at", "started_at", "created_at"),
+        output_field=models.DateTimeField(),
+        db_persist=True,
+        help_text="When the result is known: completion, else start, else report time (a lost in_progress)",
+    )
+    job_sha = models.GeneratedField(
+        expression=Case(When(head_sha="", then=F("delivery_id")), default=F("head_sha")),
+        output_field=models.CharField(max_length=100),
+        db_persist=True,
+        help_text="The tested SHA: head_sha, or delivery_id until one is known (nightly: the SHA itself)",
+    )
+    outcome = models.GeneratedField(
+        expression=Case(
+            When(~Q(status="completed"), then=Value(Outcome.RUNNING.value)),
+            When(conclusion="success", then=Value(Outcome.SUCCESS.value)),
+            When(conclusion__in=["skipped", "neutral"], then=Value(Outcome.SKIPPED.value)),
+            When(Q(conclusion="failure") & (Q(failed__gt=0) | ~Q(failed_tests=[])), then=Value(Outcome.TEST.value)),
+            default=Value(Outcome.INFRA.value),
+        ),
+        output_field=models.CharField(max_length=10, choices=Outcome.choices),
+        db_persist=True,
+        help_text="success; test failure (failure with failed tests); infra (any other end); running; skipped",
+    )
+    GENERATED = ("finished_at", "job_sha", "outcome")
+    # The attempts of one job (README "How we count"): its result is its latest attempt, by LATEST_ORDER.
+    JOB_FIELDS = ("backend_id", "event_type", "job_sha", "workflow_name", "job_name")
+    LATEST_ORDER = ("-created_at", "-run_attempt", "-id")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -249,17 +328,31 @@ class JobResult(models.Model):
         indexes = [
             models.Index(fields=["backend", "event_type", "created_at"], name="job_backend_event_time"),
             models.Index(fields=["status", "created_at"], name="job_status_time"),
-            # The HUD's windows select by finish time (finished_at) before picking latest attempts.
-            models.Index("event_type", Coalesce("completed_at", "started_at", "created_at"), name="job_event_finished"),
+            # The HUD's windows select by finish time before picking latest attempts.
+            models.Index(fields=["event_type", "finished_at"], name="job_event_finish"),
+            models.Index(fields=["backend", "job_sha"], name="job_backend_sha"),
         ]
 
     def __str__(self) -> str:
         return f"{self.backend.repo} {self.workflow_name}/{self.job_name} #{self.run_id}.{self.run_attempt}"
 
     @property
-    def finished_at(self):
-        """When the result is known: completion, or the report time for a lost in_progress."""
-        return self.completed_at or self.started_at or self.created_at
+    def attempt_key(self) -> dict:
+        """The fields of the unique constraint: what names this attempt."""
+        return {
+            "backend_id": self.backend_id,
+            "delivery_id": self.delivery_id,
+            "workflow_name": self.workflow_name,
+            "job_name": self.job_name,
+            "run_id": self.run_id,
+            "run_attempt": self.run_attempt,
+        }
+
+    def attempts(self) -> "models.QuerySet[JobResult]":
+        """Every attempt of this job (this one included), newest first."""
+        return JobResult.objects.filter(**{name: getattr(self, name) for name in self.JOB_FIELDS}).order_by(
+            *self.LATEST_ORDER
+        )
 
     @staticmethod
     def safe_link(value) -> str:

@@ -24,7 +24,7 @@ class DispatchInline(admin.TabularInline):
     model = Dispatch
     extra = 0
     can_delete = False
-    fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "check_run_wanted", "sent_at"]
+    fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "sent_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -85,7 +85,7 @@ class DispatchAdmin(ReadOnlyAdmin):
         "created_at",
         "sent_at",
     ]
-    list_filter = ["status", "payload_trimmed", "check_run_wanted", "delivery__event", "backend"]
+    list_filter = ["status", "payload_trimmed", "delivery__event", "backend"]
     search_fields = ["delivery__delivery_id", "backend__repo", "=delivery__pull_request__number"]
     list_select_related = ["delivery__pull_request", "backend"]
     raw_id_fields = ["delivery"]

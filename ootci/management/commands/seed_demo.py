@@ -13,13 +13,13 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from ootci import levels
 from ootci.models import (
     Backend,
     CallbackRejection,
     Delivery,
     Dispatch,
     JobResult,
-    LevelChange,
     PullRequest,
 )
 
@@ -106,24 +106,11 @@ class Command(BaseCommand):
     def backends(self) -> dict[str, tuple[Backend, tuple]]:
         result = {}
         for repo, level, device, oncalls, jobs, fail, infra, queue in BACKENDS:
-            backend, created = Backend.objects.get_or_create(
-                repo__iexact=repo,
-                defaults={
-                    "repo": repo,
-                    "level": level,
-                    "device": device,
-                    "oncalls": oncalls,
-                    "notes": "Demo backend from seed_demo.",
-                },
-            )
-            if created:
-                LevelChange.objects.create(
-                    backend=backend,
-                    to_level=level,
-                    actor="seed_demo",
-                    reason="demo data",
-                    changed_at=self.now - timedelta(days=DAYS + 10),
-                )
+            backend = Backend.objects.filter(repo__iexact=repo).first()
+            if backend is None:
+                backend = Backend(repo=repo, device=device, oncalls=oncalls, notes="Demo backend from seed_demo.")
+                at = self.now - timedelta(days=DAYS + 10)
+                backend.change_level(level, actor="seed_demo", reason="demo data", at=at)
             result[repo] = (backend, (jobs, fail, infra, queue))
         return result
 
@@ -201,14 +188,13 @@ class Command(BaseCommand):
         rng = self.rng
         age = self.now - at
         for backend, (jobs, fail, infra, queue) in backends.values():
-            wanted = backend.level == "L4" or (backend.level == "L3" and f"ciflow/oot/{backend.device}" in labels)
+            wanted = event == "pull_request" and levels.wants_check_run(backend.level, backend.device, labels)
             lost = age > timedelta(hours=8) and rng.random() < infra / 4
             pending = age < timedelta(minutes=20) and rng.random() < 0.5
             dispatch = Dispatch(
                 delivery=delivery,
                 backend=backend,
                 created_at=at,
-                check_run_wanted=wanted and event == "pull_request",
                 status=Dispatch.Status.FAILED if lost and rng.random() < 0.3 else Dispatch.Status.SENT,
                 attempts=1,
                 sent_at=at + timedelta(seconds=rng.uniform(0.2, 2)),

@@ -1,0 +1,184 @@
+"""The state machine of a downstream job attempt (DESIGN §3): the one place a JobResult is created or moves.
+
+DISPATCHED (a Dispatch row) → IN_PROGRESS → COMPLETED. Callbacks, the CRCR ingest and the sweeper all report through
+:func:`job_report_apply`; they differ only in what a :class:`Report` states:
+
+- a **callback** reports on the relay's clock and is strict: an exact repeat changes nothing, a report that
+  contradicts what is recorded (another conclusion, going back to in_progress) is refused with 409;
+- the **CRCR ingest** forwards the reference relay's reports with their own times and merges: values it states
+  overwrite, values it leaves out never erase, and a completed job is not moved back to in_progress;
+- the **sweeper** concludes a job still in progress as ``timed_out``, decided by the relay; a genuine completion
+  arriving later replaces that verdict, and a job completed meanwhile is left alone.
+
+Writes are optimistic and portable (PostgreSQL and SQLite alike, no lock, no transaction of our own): the row is
+read, the transition decided in Python, and written by an UPDATE conditioned on the ``updated_at`` that was read,
+which every write of a JobResult changes. If another writer got there first, the row is read again and the
+transition decided again, so concurrent identical reports apply once.
+"""
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ootci.models import Dispatch, JobResult
+from ootci.replication import job_results_changed
+
+Status, Source = JobResult.Status, JobResult.Source
+# How often a write that lost a race is decided again before giving up (each retry means another writer succeeded).
+MAX_TRIES = 5
+
+
+class JobConflict(Exception):
+    """A report that contradicts the recorded attempt (callbacks answer it with 409)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one report says of a job attempt.
+
+    ``fields`` are the JobResult values it states (what it leaves out is not part of it, nor compared);
+    ``started_at``/``completed_at``/``queue_time``/``execution_time`` among them override what the machine would
+    derive. ``at`` is when the reported transition happened (the relay's clock for callbacks and the sweeper; None
+    for an ingest report that gives its own times).
+    """
+
+    status: str
+    source: str
+    level: str
+    at: datetime | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    merge: bool = False  # CRCR ingest: stated values overwrite instead of being refused when they differ
+    relay_decided: bool = False  # the sweeper's verdict: applies only to a job still in progress
+
+
+@dataclass(frozen=True)
+class Applied:
+    job: JobResult
+    changed: bool  # False for a report that changed nothing (an exact repeat): work that follows keys off this
+
+
+def job_report_apply(*, key: dict[str, Any], report: Report, new: dict[str, Any] | None = None) -> Applied:
+    """Apply ``report`` to the job attempt named by ``key`` (JobResult.attempt_key), creating it with the fields of
+    ``new`` (upstream facts: event, PR, SHA, dispatch) when it does not exist yet."""
+    for _ in range(MAX_TRIES):
+        job = JobResult.objects.filter(**key).first()
+        if job is None:
+            job = _created(key, report, new or {})
+            if job is not None:
+                job_results_changed()
+                return Applied(job, True)
+            continue  # created by a concurrent report in the meantime: decide against it
+        changes = transition(job, report)
+        if not changes:
+            return Applied(job, False)
+        if _written(job, changes):
+            job_results_changed()
+            return Applied(job, True)
+    raise JobConflict(f"{job_label(key)} is being reported concurrently; send the report again.")
+
+
+def transition(job: JobResult, report: Report) -> dict[str, Any]:
+    """The fields ``report`` changes on the recorded ``job`` ({} when it changes nothing); JobConflict when a strict
+    report contradicts it."""
+    stated = report.fields
+    same = all(getattr(job, name) == value for name, value in stated.items())
+    completed = job.status == Status.COMPLETED
+    if report.relay_decided:
+        return _completion(job, report) if not completed else {}
+    if report.status == Status.IN_PROGRESS:
+        if same:
+            return {}
+        if report.merge:
+            # A late or replayed in_progress never reopens a completed job; what else it states is kept.
+            return {k: v for k, v in stated.items() if not (completed and k in ("conclusion", "completed_at"))}
+        if completed:
+            raise JobConflict(f"{job_label(job.attempt_key)} already completed ({job.conclusion}): it cannot go back.")
+        raise JobConflict(
+            f"{job_label(job.attempt_key)} is already in progress with other details ({_diff(job, stated)})."
+        )
+    # A genuine completion replaces the relay's timed_out verdict: the job was slow, not lost.
+    if completed and not job.relay_decided:
+        if same:
+            return {}
+        if report.merge:
+            return dict(stated)
+        raise JobConflict(f"{job_label(job.attempt_key)} already completed differently ({_diff(job, stated)}).")
+    return _completion(job, report)
+
+
+def _completion(job: JobResult, report: Report) -> dict[str, Any]:
+    changes = {
+        **report.fields,
+        "status": Status.COMPLETED,
+        "level": report.level,
+        "relay_decided": report.relay_decided,
+        "source": report.source,
+    }
+    if report.at is not None:
+        changes.setdefault("completed_at", report.at)
+    completed_at = changes.get("completed_at", job.completed_at)
+    if "execution_time" not in changes and job.started_at and completed_at:
+        changes["execution_time"] = seconds_between(job.started_at, completed_at)
+    return changes
+
+
+def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobResult | None:
+    fields = {**new, **report.fields, "status": report.status, "level": report.level, "source": report.source}
+    fields["relay_decided"] = report.relay_decided
+    if report.status == Status.IN_PROGRESS:
+        if report.at is not None:
+            fields.setdefault("started_at", report.at)
+        dispatch: Dispatch | None = fields.get("dispatch")
+        # Re-runs reuse the original dispatch, days old: a queue time only means something for attempt 1.
+        if key["run_attempt"] == 1 and dispatch is not None and dispatch.sent_at and "started_at" in fields:
+            fields.setdefault("queue_time", seconds_between(dispatch.sent_at, fields["started_at"]))
+    elif report.at is not None:
+        fields.setdefault("completed_at", report.at)
+    savepoint = transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
+    try:
+        with savepoint:
+            return JobResult.objects.create(**key, **fields)
+    except IntegrityError:
+        return None
+
+
+def _written(job: JobResult, changes: dict[str, Any]) -> bool:
+    """Write ``changes`` if nobody wrote the row since it was read; on success ``job`` holds them too."""
+    now = timezone.now()
+    # update() skips auto_now: updated_at is set here, and replication and the fence below follow it.
+    rows = JobResult.objects.filter(pk=job.pk, updated_at=job.updated_at).update(**changes, updated_at=now)
+    if not rows:
+        return False
+    for name, value in {**changes, "updated_at": now}.items():
+        setattr(job, name, value)
+    for name in JobResult.GENERATED:
+        job.__dict__.pop(name, None)  # deferred: reloaded from the database when read
+    return True
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    # Clocks are ours on both ends, but a dispatch row's sent_at can be written after a fast callback.
+    return round(max(0.0, (end - start).total_seconds()), 3)
+
+
+def job_label(key: dict[str, Any]) -> str:
+    return f"Job {key['workflow_name']}/{key['job_name']} run {key['run_id']} attempt {key['run_attempt']}"
+
+
+def _diff(job: JobResult, stated: dict[str, Any]) -> str:
+    return (
+        ", ".join(
+            f"{name} {getattr(job, name)!r} ≠ {value!r}"
+            for name, value in stated.items()
+            if getattr(job, name) != value and name != "failed_tests"
+        )
+        or "failed_tests differ"
+    )
