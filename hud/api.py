@@ -1,7 +1,7 @@
 """The HUD's JSON API under /api/oot/: the same figures as the pages, from hud.queries.
 
 One APIView per operation. Query parameters behave as on the pages (bad values fall back to defaults).
-The POST /api/crcr/results ingest lives in hud/ingest.py.
+The POST /api/crcr/results ingest is the relay's (relay/api.py): the relay writes, the HUD reads.
 """
 
 import dataclasses

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud import api, ingest, views
+from hud import api, views
 
 app_name = "hud"
 urlpatterns: list = [
@@ -18,5 +18,4 @@ urlpatterns: list = [
     path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
     path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/crcr/results", ingest.IngestApi.as_view(), name="crcr-results"),
 ]

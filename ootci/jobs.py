@@ -89,16 +89,18 @@ def transition(job: JobResult, report: Report) -> dict[str, Any]:
     """The fields ``report`` changes on the recorded ``job`` ({} when it changes nothing); JobConflict when a strict
     report contradicts it."""
     stated = report.fields
-    same = all(getattr(job, name) == value for name, value in stated.items())
+    changed = {name: value for name, value in stated.items() if getattr(job, name) != value}
+    same = not changed
     completed = job.status == Status.COMPLETED
     if report.relay_decided:
         return _completion(job, report) if not completed else {}
     if report.status == Status.IN_PROGRESS:
-        if same:
+        if same and not completed:
             return {}
         if report.merge:
             # A late or replayed in_progress never reopens a completed job; what else it states is kept.
-            return {k: v for k, v in stated.items() if not (completed and k in ("conclusion", "completed_at"))}
+            kept = {k: v for k, v in changed.items() if not (completed and k in ("conclusion", "completed_at"))}
+            return kept
         if completed:
             raise JobConflict(f"{job_label(job.attempt_key)} already completed ({job.conclusion}): it cannot go back.")
         raise JobConflict(
@@ -109,7 +111,7 @@ def transition(job: JobResult, report: Report) -> dict[str, Any]:
         if same:
             return {}
         if report.merge:
-            return dict(stated)
+            return changed
         raise JobConflict(f"{job_label(job.attempt_key)} already completed differently ({_diff(job, stated)}).")
     return _completion(job, report)
 

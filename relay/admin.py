@@ -7,7 +7,7 @@ from django.db.models import Count, Q
 from django.utils.text import Truncator
 
 from ootci.models import Delivery, Dispatch
-from relay import services
+from relay import outbox
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -106,7 +106,7 @@ class DispatchAdmin(ReadOnlyAdmin):
     @admin.action(description="Redispatch the selected failed dispatches", permissions=["redispatch"])
     def redispatch(self, request, queryset) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        count = services.dispatches_redispatch(dispatch_ids=ids)
+        count = outbox.dispatches_redispatch(dispatch_ids=ids)
         skipped = len(ids) - count
         messages.success(request, f"{count} dispatch(es) queued again.")
         if skipped:

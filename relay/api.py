@@ -1,11 +1,16 @@
-"""POST /github/callback: downstream CI reports a job's progress, authenticated by its GitHub Actions OIDC token.
+"""The write endpoints downstream CI and the reference relay call: POST /github/callback and POST /api/crcr/results.
 
-The body is exactly what the public `cross-repo-ci-relay-callback` action sends (DESIGN §4). Checks run
-cheapest and most trusted first: size, token, allowlist, rate limit, then the body. Every refusal is a
-JSON ``detail`` and is counted for the HUD (CallbackRejection).
+The callback's body is exactly what the public `cross-repo-ci-relay-callback` action sends (DESIGN §4), with the
+job's GitHub Actions OIDC token; the ingest's is the ``{trusted, untrusted}`` body the reference relay forwards to
+its HUD, with the shared bot token. Both read their body through :func:`request_body` (size cap, JSON, refusals as
+``{"detail": ...}``), validate it with a nested InputSerializer and hand it to one service in relay.callbacks.
+Callback checks run cheapest and most trusted first: size, token, allowlist, rate limit, then the body; every
+refused callback is counted for the HUD (CallbackRejection).
 """
 
+import hmac
 import json
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -17,10 +22,11 @@ from rest_framework.views import APIView
 from ootci import levels
 from ootci.api_errors import validation_detail
 from ootci.levels import Level
-from ootci.models import Backend, JobResult
-from relay import oidc, ratelimit, services
+from ootci.models import Backend, Event, JobResult
+from relay import callbacks, oidc, ratelimit
 
-MAX_BODY_BYTES = 2 * 1024 * 1024
+CALLBACK_MAX_BYTES = 2 * 1024 * 1024
+INGEST_MAX_BYTES = 2 * 1024 * 1024  # exactly 2 MiB is accepted, as the reference HUD does
 # PositiveIntegerField columns hold at most this on PostgreSQL; larger numbers are bad input, not a crash.
 MAX_COUNT = 2**31 - 1
 # The conclusions GitHub accepts for a check run.
@@ -38,6 +44,25 @@ class Refused(exceptions.APIException):
         self.status_code = status_code
         self.wait = wait
         self.auth_header = auth_header
+
+
+def body_size_check(request: Request, *, limit: int, too_large: str) -> None:
+    """Refuse a body over ``limit`` bytes (413, ``too_large`` formatted with length and limit) before it is read."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not (length.isascii() and length.isdigit()):
+        raise Refused(400, "Content-Length is not a number.")
+    if int(length) > limit:
+        raise Refused(413, too_large.format(length=int(length), limit=limit))
+
+
+def body_json(request: Request) -> Any:
+    """The parsed JSON body, or a 400 that says why it cannot be read."""
+    try:
+        return json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(400, f"The body is not valid JSON ({e}).") from e
+    except RecursionError as e:
+        raise Refused(400, "The body is JSON nested too deeply to read.") from e
 
 
 class CallbackApi(APIView):
@@ -82,42 +107,37 @@ class CallbackApi(APIView):
 
     def post(self, request: Request) -> Response:
         self.repo = ""
-        _size_check(request)
+        body_size_check(
+            request,
+            limit=CALLBACK_MAX_BYTES,
+            too_large="The body is {length} bytes; callbacks are limited to {limit} bytes (2 MB).",
+        )
         self.repo = _verified_repo(request)
         backend = _reporting_backend(self.repo)
         _rate_limit(self.repo)
-        serializer = self.InputSerializer(data=_json_body(request))
+        serializer = self.InputSerializer(data=body_json(request))
         if not serializer.is_valid():
             raise Refused(400, validation_detail(serializer.errors))
         data = serializer.validated_data
         try:
-            outcome = services.callback_accept(
+            outcome = callbacks.callback_accept(
                 backend=backend,
                 event_type=data["event_type"],
                 delivery_id=data["delivery_id"],
                 workflow=data["workflow"],
                 callback_token=data.get("callback_token") or "",
             )
-        except services.CallbackRefused as e:
+        except callbacks.CallbackRefused as e:
             raise Refused(e.status_code, e.detail) from e
         return Response({"ok": True, "status": outcome.status, "duplicate": not outcome.changed})
 
     def finalize_response(self, request, response, *args, **kwargs):
         if request.method == "POST" and response.status_code >= 400:
             detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
-            services.callback_rejection_record(
+            callbacks.callback_rejection_record(
                 repo=getattr(self, "repo", ""), status_code=response.status_code, detail=str(detail)
             )
         return super().finalize_response(request, response, *args, **kwargs)
-
-
-def _size_check(request: Request) -> None:
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise Refused(400, "Content-Length is not a number.") from None
-    if length > MAX_BODY_BYTES:
-        raise Refused(413, f"The body is {length} bytes; callbacks are limited to {MAX_BODY_BYTES} bytes (2 MB).")
 
 
 def _verified_repo(request: Request) -> str:
@@ -156,10 +176,119 @@ def _rate_limit(repo: str) -> None:
         )
 
 
-def _json_body(request: Request):
+def _text(max_length: int | None = None) -> serializers.CharField:
+    return serializers.CharField(max_length=max_length, required=False, allow_null=True, allow_blank=True)
+
+
+def _count() -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=0, max_value=MAX_COUNT, required=False, allow_null=True)
+
+
+def _choice(choices: list[str]) -> serializers.ChoiceField:
+    return serializers.ChoiceField(choices=choices, required=False, allow_null=True, allow_blank=True)
+
+
+class IngestApi(APIView):
+    authentication_classes: list = []  # the shared bot token is checked in post()
+    permission_classes: list = []
+    parser_classes: list = []  # the raw body is size-checked before it is parsed
+
+    class InputSerializer(serializers.Serializer):
+        class TrustedSerializer(serializers.Serializer):
+            class MetricsSerializer(serializers.Serializer):
+                queue_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
+                execution_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
+
+            verified_repo = serializers.CharField(max_length=140)
+            downstream_repo_level = _choice(Level.values)
+            ci_metrics = MetricsSerializer(required=False, allow_null=True)
+
+        class UntrustedSerializer(serializers.Serializer):
+            class CallbackSerializer(serializers.Serializer):
+                class PayloadSerializer(serializers.Serializer):
+                    # Only what is read of the echoed upstream webhook; the rest is ignored.
+                    class PullRequestSerializer(serializers.Serializer):
+                        class HeadSerializer(serializers.Serializer):
+                            sha = _text(40)
+
+                        number = _count()
+                        head = HeadSerializer(required=False, allow_null=True)
+
+                    class RepositorySerializer(serializers.Serializer):
+                        full_name = _text(140)
+
+                    pull_request = PullRequestSerializer(required=False, allow_null=True)
+                    repository = RepositorySerializer(required=False, allow_null=True)
+                    head_sha = _text(40)
+
+                class WorkflowSerializer(serializers.Serializer):
+                    class TestResultsSerializer(serializers.Serializer):
+                        passed, failed, skipped = _count(), _count(), _count()
+
+                    status = serializers.ChoiceField(choices=JobResult.Status.values)
+                    conclusion = _text(30)
+                    name = serializers.CharField(max_length=255)
+                    url = _text()
+                    job_name = serializers.CharField(max_length=255)
+                    check_run_id = serializers.CharField(max_length=100)
+                    run_id = _text(100)
+                    # The reference HUD coerces: anything that is not a positive number counts as attempt 1.
+                    run_attempt = serializers.JSONField(required=False, allow_null=True)
+                    started_at = serializers.DateTimeField(required=False, allow_null=True)
+                    completed_at = serializers.DateTimeField(required=False, allow_null=True)
+                    test_results = TestResultsSerializer(required=False, allow_null=True)
+                    artifact_url = _text()
+
+                event_type = _choice(Event.values)
+                delivery_id = serializers.CharField(max_length=100)
+                payload = PayloadSerializer(required=False, allow_null=True)
+                workflow = WorkflowSerializer()
+
+            callback_payload = CallbackSerializer()
+
+        trusted = TrustedSerializer()
+        untrusted = UntrustedSerializer()
+
+    def post(self, request: Request) -> Response:
+        _ingest_token_check(request)
+        body_size_check(request, limit=INGEST_MAX_BYTES, too_large="Payload exceeds 2MB limit.")
+        body = body_json(request)
+        # The reference HUD also takes the body as a JSON string holding the JSON object.
+        if isinstance(body, str):
+            body = body_json_text(body)
+        serializer = self.InputSerializer(data=body)
+        if not serializer.is_valid():
+            raise Refused(400, validation_detail(serializer.errors))
+        trusted = serializer.validated_data["trusted"]
+        report = serializer.validated_data["untrusted"]["callback_payload"]
+        try:
+            job = callbacks.crcr_result_apply(trusted=trusted, report=report)
+        except callbacks.CallbackRefused as e:
+            raise Refused(e.status_code, e.detail) from e
+        workflow = report["workflow"]
+        names = (
+            trusted["verified_repo"],
+            job.delivery_id,
+            workflow["name"],
+            workflow["job_name"],
+            workflow["check_run_id"],
+        )
+        return Response({"ok": True, "status": workflow["status"], "dynamoKey": "/".join(names)})
+
+
+def _ingest_token_check(request: Request) -> None:
+    expected = settings.HUD_INGEST_TOKEN
+    if not expected:
+        raise Refused(404, "Result ingest is off: HUD_INGEST_TOKEN is not set.")
+    given = request.headers.get("x-hud-internal-bot", "")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Refused(401, "Missing or wrong x-hud-internal-bot token.")
+
+
+def body_json_text(text: str) -> Any:
     try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as e:
+        return json.loads(text)
+    except ValueError as e:
         raise Refused(400, f"The body is not valid JSON ({e}).") from e
     except RecursionError as e:
         raise Refused(400, "The body is JSON nested too deeply to read.") from e

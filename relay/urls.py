@@ -6,4 +6,5 @@ app_name = "relay"
 urlpatterns = [
     path("github/webhook", views.webhook, name="webhook"),
     path("github/callback", api.CallbackApi.as_view(), name="callback"),
+    path("api/crcr/results", api.IngestApi.as_view(), name="crcr-results"),
 ]

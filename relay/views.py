@@ -11,7 +11,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ootci.models import Delivery
-from relay import services
+from relay import intake, reruns
 
 # Events about the App itself: answered so GitHub shows a green delivery, nothing stored.
 ACKNOWLEDGED_EVENTS = frozenset({"ping", "installation", "installation_repositories"})
@@ -101,7 +101,7 @@ def _detail(message: str, status: int) -> JsonResponse:
     return JsonResponse({"detail": message}, status=status)
 
 
-def _accepted(result: services.DeliveryAccepted) -> JsonResponse:
+def _accepted(result: intake.DeliveryAccepted) -> JsonResponse:
     if result.duplicate:
         return JsonResponse({"ok": True, "duplicate": True, "delivery_id": result.delivery_id})
     body = {"ok": True, "delivery_id": result.delivery_id, "dispatches": result.dispatches}
@@ -109,27 +109,24 @@ def _accepted(result: services.DeliveryAccepted) -> JsonResponse:
 
 
 def _dispatch(**delivery) -> JsonResponse:
-    return _accepted(services.delivery_accept(**delivery, dispatch=True))
+    return _accepted(intake.delivery_accept(**delivery, dispatch=True))
 
 
 def _label(**delivery) -> JsonResponse:
     # Labels are recorded for check-run decisions and never re-run downstream CI; a ciflow/oot/<device> label
     # backfills check runs for jobs that already reported, and removing it stops new ones.
-    result = services.delivery_accept(**delivery, dispatch=False)
-    if not result.duplicate:
-        services.pull_request_labels_apply(payload=delivery["payload"])
-    return _accepted(result)
+    return _accepted(intake.delivery_accept(**delivery, dispatch=False))
 
 
 def _rerun(*, delivery_id: str, event: str, payload: dict[str, Any], body: bytes) -> JsonResponse:
-    result = services.rerun_request_accept(delivery_id=delivery_id, event=event, payload=payload)
+    result = reruns.rerun_request_accept(delivery_id=delivery_id, event=event, payload=payload)
     if not result.queued:
         return JsonResponse({"ignored": True, "reason": result.reason})
     return JsonResponse({"ok": True, "delivery_id": delivery_id, "rerun": "queued"}, status=202)
 
 
 def _push(**delivery) -> JsonResponse:
-    if not services.push_is_relayed(payload=delivery["payload"]):
+    if not intake.push_is_relayed(payload=delivery["payload"]):
         return JsonResponse({"ignored": True})
     return _dispatch(**delivery)
 

@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
 
-from ootci.models import Dispatch, JobResult
-from relay import services, tasks
+from ootci.models import JobResult, PullRequest
+from relay import check_runs, sweeper, tasks
 from tests.fakes.github import Reply
 from tests.fakes.oidc import HEAD
 from tests.relay.conftest import fixture_json, run_due_retries
@@ -110,7 +110,7 @@ def test_the_failed_tests_listed_are_capped(fake_github, downstream):
     [create] = creates(fake_github)
     assert (create.json["status"], create.json["conclusion"]) == ("completed", "failure")
     text = create.json["output"]["text"]
-    assert text.startswith(f"### Failed tests ({services.CHECK_RUN_TESTS_LISTED} of 120)")
+    assert text.startswith(f"### Failed tests ({check_runs.CHECK_RUN_TESTS_LISTED} of 120)")
     assert "test_case_49`" in text and "test_case_50`" not in text
     assert "… and 70 more" in text
 
@@ -143,7 +143,7 @@ def test_l3_label_before_the_run_the_callback_creates_the_check_run(fake_github,
     dispatch = ci.dispatch()
 
     label("labeled", "ciflow/oot/npu", ["ciflow/oot/npu"])
-    assert Dispatch.objects.get(pk=dispatch.pk).check_run_wanted
+    assert PullRequest.objects.get().labels == ["ciflow/oot/npu"]
     assert not creates(fake_github)  # nothing reported yet: nothing to backfill
 
     assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
@@ -205,7 +205,8 @@ def test_another_devices_label_creates_nothing(fake_github, downstream, label):
     label("labeled", "ciflow/oot/xpu", ["ciflow/oot/xpu"])
 
     assert not creates(fake_github)
-    assert not Dispatch.objects.get(pk=dispatch.pk).check_run_wanted
+    assert ci.post(ci.body("pull_request.completed.failure", dispatch)).status_code == 200
+    assert not creates(fake_github)
 
 
 def test_unlabeled_stops_new_check_runs_and_completes_the_ones_already_there(fake_github, downstream, label):
@@ -217,7 +218,7 @@ def test_unlabeled_stops_new_check_runs_and_completes_the_ones_already_there(fak
 
     label("unlabeled", "ciflow/oot/npu", [])
 
-    assert not Dispatch.objects.get(pk=dispatch.pk).check_run_wanted
+    assert PullRequest.objects.get().labels == []
     other = ci.body("pull_request.in_progress", dispatch, job_name="test-npu-bfloat16", check_run_id="98765432101")
     assert ci.post(other).status_code == 200
     assert ci.post(ci.body("pull_request.completed.failure", dispatch)).status_code == 200
@@ -243,7 +244,7 @@ def test_a_closed_pull_request_gets_no_new_check_runs(fake_github, downstream, p
     assert response.status_code == 202  # relayed, so that backends can cancel their runs
     assert [r.path for r in fake_github.dispatches()] == [f"/repos/{ci.repo}/dispatches"]
     assert fake_github.dispatches()[0].json["client_payload"]["payload"]["action"] == "closed"
-    assert not Dispatch.objects.filter(check_run_wanted=True).exists()
+    assert PullRequest.objects.get(number=4242).state == PullRequest.State.CLOSED
     assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
     assert not creates(fake_github)
 
@@ -320,9 +321,11 @@ def test_concurrent_syncs_of_one_job_create_one_check_run(fake_github, downstrea
     for t in threads:
         t.join()
 
-    assert sorted(results) == ["created", "updated"]
+    # The second sync finds the job claimed: it creates nothing and comes back later (after the claim).
+    assert sorted(results) == ["busy", "created"]
     assert [r.status for r in creates(fake_github)] == [500, 201]
     assert len(fake_github.check_runs) == 1
+    assert Schedule.objects.filter(func="relay.tasks.check_run_sync", args=f"({job.pk}, 1)").exists()
 
 
 def test_a_github_5xx_is_retried_later_and_never_fails_the_callback(fake_github, downstream):
@@ -383,7 +386,7 @@ def test_the_sweeper_completes_a_zombies_check_run_as_timed_out(fake_github, dow
     assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
     JobResult.objects.update(started_at=timezone.now() - timedelta(hours=7))
 
-    assert len(services.jobs_sweep().timed_out) == 1
+    assert len(sweeper.jobs_sweep().timed_out) == 1
 
     [update] = updates(fake_github)
     assert (update.json["status"], update.json["conclusion"]) == ("completed", "timed_out")
@@ -405,6 +408,6 @@ def test_the_sweeper_creates_a_timed_out_check_run_when_one_is_wanted(fake_githu
     assert ci.post(ci.body("pull_request.in_progress", ci.dispatch())).status_code == 200
     JobResult.objects.update(started_at=timezone.now() - timedelta(hours=7))
 
-    services.jobs_sweep()
+    sweeper.jobs_sweep()
 
     assert (creates(fake_github)[-1].status, creates(fake_github)[-1].json["conclusion"]) == (201, "timed_out")

@@ -8,7 +8,7 @@ from django.utils.module_loading import import_string
 from django_q.models import Schedule
 
 from ootci.models import Delivery, Dispatch, JobResult
-from relay import services, tasks
+from relay import sweeper, tasks
 from tests.fakes.oidc import reporter_body
 
 
@@ -41,7 +41,7 @@ def test_it_times_out_jobs_in_progress_for_too_long(make_job, settings):
     running = make_job(started_ago=timedelta(hours=5), job_name="running")
     done = make_job(started_ago=timedelta(hours=9), job_name="done", status="completed", conclusion="success")
 
-    result = services.jobs_sweep()
+    result = sweeper.jobs_sweep()
 
     assert result.timed_out == [zombie.pk]
     zombie.refresh_from_db()
@@ -62,17 +62,17 @@ def test_it_times_out_jobs_in_progress_for_too_long(make_job, settings):
 def test_sweeping_twice_concludes_a_job_once(make_job):
     zombie = make_job(started_ago=timedelta(days=1))
 
-    assert services.jobs_sweep().timed_out == [zombie.pk]
+    assert sweeper.jobs_sweep().timed_out == [zombie.pk]
     first = JobResult.objects.get().updated_at
-    assert services.jobs_sweep().timed_out == []
+    assert sweeper.jobs_sweep().timed_out == []
     assert JobResult.objects.get().updated_at == first
 
 
 def test_it_sweeps_in_batches(make_job, monkeypatch):
-    monkeypatch.setattr(services, "SWEEP_BATCH", 2)
+    monkeypatch.setattr(sweeper, "SWEEP_BATCH", 2)
     zombies = [make_job(started_ago=timedelta(days=1), job_name=f"j{i}") for i in range(5)]
 
-    assert sorted(services.jobs_sweep().timed_out) == sorted(z.pk for z in zombies)
+    assert sorted(sweeper.jobs_sweep().timed_out) == sorted(z.pk for z in zombies)
 
 
 def test_it_counts_dispatches_never_called_back_as_lost(make_backend, make_job, settings):
@@ -89,7 +89,7 @@ def test_it_counts_dispatches_never_called_back_as_lost(make_backend, make_job, 
     make_job(started_ago=timedelta(hours=7), backend=answered, dispatch=called_back, status="completed")
     Dispatch.objects.create(delivery=fresh, backend=shown, status="sent")  # still within its time
 
-    assert services.jobs_sweep().lost == 1
+    assert sweeper.jobs_sweep().lost == 1
     assert lost.jobs.count() == 0
 
 
@@ -99,7 +99,7 @@ def test_a_genuine_completion_after_the_sweep_replaces_the_timeout(downstream, s
     dispatch = ci.dispatch()
     assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
     JobResult.objects.update(started_at=timezone.now() - timedelta(hours=2))
-    assert len(services.jobs_sweep().timed_out) == 1
+    assert len(sweeper.jobs_sweep().timed_out) == 1
 
     response = ci.post(ci.body("pull_request.completed.failure", dispatch))
 
@@ -113,7 +113,7 @@ def test_it_leaves_completed_self_reports_alone(downstream):
     ci = downstream()
     assert ci.post(reporter_body("nightly.completed")).json()["duplicate"] is False
 
-    assert services.jobs_sweep().timed_out == []
+    assert sweeper.jobs_sweep().timed_out == []
     assert ci.post(reporter_body("nightly.completed")).json()["duplicate"] is True
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 import requests
 
+from ootci import levels
 from ootci.models import Delivery, Dispatch, PullRequest
 from tests.relay.conftest import UPSTREAM, fixture_bytes, fixture_json, sign
 
@@ -131,12 +132,12 @@ def test_it_answers_a_redelivery_with_200_and_dispatches_nothing_new(post_webhoo
 def test_closing_a_pull_request_dispatches_and_stops_wanting_check_runs(post_webhook, make_backend):
     make_backend("org/l4", level="L4")
     post_webhook("pull_request", "pull_request.opened.payload")
-    assert Dispatch.objects.get().check_run_wanted is True
+    assert PullRequest.objects.get().wants_check_runs is True
     response = post_webhook("pull_request", "pull_request.closed.payload")
     assert response.status_code == 202
     assert PullRequest.objects.get().state == PullRequest.State.CLOSED
+    assert PullRequest.objects.get().wants_check_runs is False
     assert Dispatch.objects.filter(delivery__action="closed").count() == 1
-    assert list(Dispatch.objects.values_list("check_run_wanted", flat=True)) == [False, False]
 
 
 def test_a_merged_pull_request_is_recorded_as_merged(post_webhook, make_backend):
@@ -176,7 +177,11 @@ def test_check_runs_are_wanted_by_level_and_label(post_webhook, make_backend):
     payload = fixture_json("pull_request.synchronize.payload")
     payload["pull_request"]["labels"] = [{"name": "ciflow/oot/npu"}]
     post_webhook("pull_request", payload)
-    wanted = dict(Dispatch.objects.values_list("backend__repo", "check_run_wanted"))
+    labels = PullRequest.objects.get().labels
+    wanted = {
+        d.backend.repo: levels.wants_check_run(d.backend.level, d.backend.device, labels)
+        for d in Dispatch.objects.all()
+    }
     assert wanted == {"org/l2": False, "org/l3-labelled": True, "org/l3-other": False, "org/l4": True}
 
 
