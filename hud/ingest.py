@@ -12,12 +12,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ootci.api_errors import validation_detail
+from ootci.api_errors import RefusalSerializer, validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Dispatch, Event, JobResult
 from ootci.replication import job_results_changed
@@ -49,6 +57,8 @@ class IngestApi(APIView):
     permission_classes: list = []
     parser_classes: list = []  # the raw body is size-checked before it is parsed
 
+    # Component names of their own in the OpenAPI schema: the callback has serializers of the same class names.
+    @extend_schema_serializer(component_name="CrcrResult")
     class InputSerializer(serializers.Serializer):
         class TrustedSerializer(serializers.Serializer):
             class MetricsSerializer(serializers.Serializer):
@@ -77,7 +87,9 @@ class IngestApi(APIView):
                     repository = RepositorySerializer(required=False, allow_null=True)
                     head_sha = _text(40)
 
+                @extend_schema_serializer(component_name="CrcrWorkflow")
                 class WorkflowSerializer(serializers.Serializer):
+                    @extend_schema_serializer(component_name="CrcrTestResults")
                     class TestResultsSerializer(serializers.Serializer):
                         passed, failed, skipped = _count(), _count(), _count()
 
@@ -105,6 +117,36 @@ class IngestApi(APIView):
         trusted = TrustedSerializer()
         untrusted = UntrustedSerializer()
 
+    @extend_schema(
+        operation_id="crcr_results",
+        summary="Store a job result as the reference relay forwards it to its HUD",
+        parameters=[
+            OpenApiParameter(
+                "x-hud-internal-bot",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="HUD_INGEST_TOKEN",
+            )
+        ],
+        request={"application/json": InputSerializer},
+        responses={
+            200: inline_serializer(
+                "CrcrResultStored",
+                {
+                    "ok": serializers.BooleanField(),
+                    "status": serializers.CharField(),
+                    "dynamoKey": serializers.CharField(),
+                },
+            ),
+            400: OpenApiResponse(
+                RefusalSerializer, "The body is not JSON, not a valid result, or from an unknown repo."
+            ),
+            401: OpenApiResponse(RefusalSerializer, "The x-hud-internal-bot token is missing or wrong."),
+            404: OpenApiResponse(RefusalSerializer, "Ingest is off: HUD_INGEST_TOKEN is not set."),
+            413: OpenApiResponse(RefusalSerializer, "The body is over 2 MB."),
+        },
+    )
     def post(self, request: Request) -> Response:
         _token_check(request)
         serializer = self.InputSerializer(data=_json_body(request))
