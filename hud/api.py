@@ -49,7 +49,12 @@ def backend_or_404(org: str, repo: str) -> queries.BackendInfo:
 
 
 class OverviewView(APIView):
-    @extend_schema(parameters=[DAYS, EVENT], responses=OpenApiTypes.OBJECT, summary="Health of every backend")
+    @extend_schema(
+        operation_id="oot_overview",
+        parameters=[DAYS, EVENT],
+        responses=OpenApiTypes.OBJECT,
+        summary="Health of every backend",
+    )
     def get(self, request: Request) -> Response:
         overview = queries.overview(days=params.days(request), event=params.event(request))
         return Response(plain(overview))
@@ -57,7 +62,10 @@ class OverviewView(APIView):
 
 class BackendView(APIView):
     @extend_schema(
-        parameters=[DAYS, EVENT, PAGE, FAILING], responses=OpenApiTypes.OBJECT, summary="One backend: cards and matrix"
+        operation_id="oot_backend",
+        parameters=[DAYS, EVENT, PAGE, FAILING],
+        responses=OpenApiTypes.OBJECT,
+        summary="One backend: cards and matrix",
     )
     def get(self, request: Request, org: str, repo: str) -> Response:
         info = backend_or_404(org, repo)

@@ -2,6 +2,14 @@
 
 from typing import Any
 
+from rest_framework import serializers
+
+
+class RefusalSerializer(serializers.Serializer):
+    """The body of every refusal, as the OpenAPI schema shows it."""
+
+    detail = serializers.CharField(help_text="What is wrong with the request, in one line.")
+
 
 def validation_detail(errors: Any, path: str = "") -> str:
     """DRF's nested validation errors as one line, each prefixed by its field path.

@@ -14,13 +14,21 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ootci import levels
-from ootci.api_errors import validation_detail
+from ootci.api_errors import RefusalSerializer, validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Event, JobResult
 from relay import callbacks, oidc, ratelimit
@@ -70,8 +78,12 @@ class CallbackApi(APIView):
     permission_classes: list = []
     parser_classes: list = []  # the raw body is size-checked before it is parsed
 
+    # Component names of their own in the OpenAPI schema: the HUD ingest has serializers of the same class names.
+    @extend_schema_serializer(component_name="CallbackReport")
     class InputSerializer(serializers.Serializer):
+        @extend_schema_serializer(component_name="CallbackWorkflow")
         class WorkflowSerializer(serializers.Serializer):
+            @extend_schema_serializer(component_name="CallbackTestResults")
             class TestResultsSerializer(serializers.Serializer):
                 passed = serializers.IntegerField(min_value=0, max_value=MAX_COUNT, required=False, allow_null=True)
                 failed = serializers.IntegerField(min_value=0, max_value=MAX_COUNT, required=False, allow_null=True)
@@ -105,6 +117,32 @@ class CallbackApi(APIView):
         workflow = WorkflowSerializer()
         # The echoed upstream payload is untrusted and not read: PR and SHA come from our Delivery.
 
+    @extend_schema(
+        operation_id="github_callback",
+        summary="Report a downstream job's progress (the cross-repo-ci-relay-callback action's body)",
+        description="Authorization: Bearer <GitHub Actions OIDC token>; its `repository` claim is the reporter. "
+        "The body is the dispatch's client_payload echoed back, plus `workflow`.",
+        request={"application/json": InputSerializer},
+        responses={
+            200: inline_serializer(
+                "CallbackAccepted",
+                {
+                    "ok": serializers.BooleanField(),
+                    "status": serializers.CharField(),
+                    "duplicate": serializers.BooleanField(),
+                },
+            ),
+            400: OpenApiResponse(RefusalSerializer, "The body is not JSON or not a valid report."),
+            401: OpenApiResponse(RefusalSerializer, "The OIDC token is missing or not valid."),
+            403: OpenApiResponse(
+                RefusalSerializer, "The repository is not allowed to report, or not on this delivery."
+            ),
+            409: OpenApiResponse(RefusalSerializer, "The report does not follow the job's state machine."),
+            413: OpenApiResponse(RefusalSerializer, "The body is over 2 MB."),
+            429: OpenApiResponse(RefusalSerializer, "The repository's rate limit is used up: see Retry-After."),
+            503: OpenApiResponse(RefusalSerializer, "The OIDC keys cannot be fetched now: see Retry-After."),
+        },
+    )
     def post(self, request: Request) -> Response:
         self.repo = ""
         body_size_check(
@@ -193,6 +231,8 @@ class IngestApi(APIView):
     permission_classes: list = []
     parser_classes: list = []  # the raw body is size-checked before it is parsed
 
+    # Component names of their own in the OpenAPI schema: the callback has serializers of the same class names.
+    @extend_schema_serializer(component_name="CrcrResult")
     class InputSerializer(serializers.Serializer):
         class TrustedSerializer(serializers.Serializer):
             class MetricsSerializer(serializers.Serializer):
@@ -221,7 +261,9 @@ class IngestApi(APIView):
                     repository = RepositorySerializer(required=False, allow_null=True)
                     head_sha = _text(40)
 
+                @extend_schema_serializer(component_name="CrcrWorkflow")
                 class WorkflowSerializer(serializers.Serializer):
+                    @extend_schema_serializer(component_name="CrcrTestResults")
                     class TestResultsSerializer(serializers.Serializer):
                         passed, failed, skipped = _count(), _count(), _count()
 
@@ -249,6 +291,36 @@ class IngestApi(APIView):
         trusted = TrustedSerializer()
         untrusted = UntrustedSerializer()
 
+    @extend_schema(
+        operation_id="crcr_results",
+        summary="Store a job result as the reference relay forwards it to its HUD",
+        parameters=[
+            OpenApiParameter(
+                "x-hud-internal-bot",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="HUD_INGEST_TOKEN",
+            )
+        ],
+        request={"application/json": InputSerializer},
+        responses={
+            200: inline_serializer(
+                "CrcrResultStored",
+                {
+                    "ok": serializers.BooleanField(),
+                    "status": serializers.CharField(),
+                    "dynamoKey": serializers.CharField(),
+                },
+            ),
+            400: OpenApiResponse(
+                RefusalSerializer, "The body is not JSON, not a valid result, or from an unknown repo."
+            ),
+            401: OpenApiResponse(RefusalSerializer, "The x-hud-internal-bot token is missing or wrong."),
+            404: OpenApiResponse(RefusalSerializer, "Ingest is off: HUD_INGEST_TOKEN is not set."),
+            413: OpenApiResponse(RefusalSerializer, "The body is over 2 MB."),
+        },
+    )
     def post(self, request: Request) -> Response:
         _ingest_token_check(request)
         body_size_check(request, limit=INGEST_MAX_BYTES, too_large="Payload exceeds 2MB limit.")

@@ -20,3 +20,7 @@ from ootci.settings import *  # noqa: E402, F403
 
 # django-q logs a line per enqueued task; benchmarks enqueue thousands.
 LOGGING["loggers"] = {"django-q": {"level": "WARNING"}}  # noqa: F405
+
+# The end-to-end test starts a real task worker (a qcluster subprocess) on a queue of its own, named here and in the
+# test process alike, so that parallel test workers never share a queue.
+Q_CLUSTER["name"] = os.environ.get("OOTCI_TEST_QUEUE", Q_CLUSTER["name"])  # noqa: F405

@@ -205,11 +205,7 @@ class FakeGitHub:
 
     def start(self) -> "FakeGitHub":
         handler = type("Handler", (_HTTPHandler,), {"fake": self})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
-        server.request_queue_size = 256  # fan-outs open dozens of connections at once
-        server.daemon_threads = True
-        server.server_bind()
-        server.server_activate()
+        server = _Server(("127.0.0.1", 0), handler)
         self._server = server
         threading.Thread(target=server.serve_forever, name="fake-github", daemon=True).start()
         return self
@@ -230,6 +226,14 @@ class FakeGitHub:
             if method == request.method and match:
                 return handler(self, request, match)
         return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+
+
+class _Server(ThreadingHTTPServer):
+    # The listen backlog. A fan-out to 100 backends opens about 100 connections at once; with socketserver's
+    # default of 5 the kernel drops the SYNs past the backlog and each costs a 1 s retransmit, which a benchmark
+    # would measure as the relay's latency.
+    request_queue_size = 256
+    daemon_threads = True
 
 
 class _HTTPHandler(BaseHTTPRequestHandler):
