@@ -61,5 +61,16 @@ if [ "${1:-}" = "--bench" ]; then
   echo "==> benchmarks"
   exec .venv/bin/pytest -p no:randomly -s -q tests/bench/bench_*.py "$@"
 fi
-echo "==> pytest"
-exec .venv/bin/pytest -n 2 "$@"
+echo "==> pytest (PostgreSQL)"
+.venv/bin/pytest -n 2 "$@"
+[ $# -eq 0 ] || exit 0
+
+# The SQLite lane: what `make run` uses (SQLite) migrated and seeded, then the HUD queries and the relay's
+# webhook → dispatch → callback → sweeper tests on it.
+echo "==> SQLite lane: migrate, seed_demo, HUD queries and relay services on SQLite"
+lane="sqlite:///$PWD/var/lane.sqlite3"
+rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3
+DATABASE_URL=$lane .venv/bin/python manage.py migrate -v 0
+DATABASE_URL=$lane .venv/bin/python manage.py seed_demo
+DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/test_queries.py tests/relay/test_webhook.py \
+  tests/relay/test_dispatch.py tests/relay/test_callback.py tests/relay/test_sweeper.py tests/ootci/test_seed_demo.py

@@ -24,3 +24,8 @@ LOGGING["loggers"] = {"django-q": {"level": "WARNING"}}  # noqa: F405
 # The end-to-end test starts a real task worker (a qcluster subprocess) on a queue of its own, named here and in the
 # test process alike, so that parallel test workers never share a queue.
 Q_CLUSTER["name"] = os.environ.get("OOTCI_TEST_QUEUE", Q_CLUSTER["name"])  # noqa: F405
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # The SQLite lane (make test): a test database in a file, as make run has, so that threads (the live server, a
+    # dispatch fan-out) wait for each other's locks instead of failing on an in-memory database's table locks.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-sqlite-gw{_worker}.sqlite3")}  # noqa: F405
