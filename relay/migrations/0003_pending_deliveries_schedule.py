@@ -2,19 +2,7 @@
 
 from django.db import migrations
 
-NAME = "relay: finish pending deliveries"
-
-
-def create(apps, schema_editor):
-    Schedule = apps.get_model("django_q", "Schedule")
-    Schedule.objects.update_or_create(
-        name=NAME,
-        defaults={"func": "relay.tasks.deliveries_finish_pending", "schedule_type": "I", "minutes": 1, "repeats": -1},
-    )
-
-
-def remove(apps, schema_editor):
-    apps.get_model("django_q", "Schedule").objects.filter(name=NAME).delete()
+from ootci.schedules import schedule_installed
 
 
 class Migration(migrations.Migration):
@@ -22,4 +10,8 @@ class Migration(migrations.Migration):
         ("relay", "0002_callbacks_sweeper_schedule"),
         ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
-    operations = [migrations.RunPython(create, remove)]
+    operations = [
+        schedule_installed(
+            name="relay: finish pending deliveries", func="relay.tasks.deliveries_finish_pending", minutes=1
+        )
+    ]

@@ -1,0 +1,18 @@
+"""Periodic django-q2 schedules that the project's migrations install (``migrate`` keeps them in place)."""
+
+from django.db import migrations
+
+
+def schedule_installed(*, name: str, func: str, minutes: int) -> migrations.RunPython:
+    """A migration operation that installs (or updates) the schedule ``name`` running task ``func`` every ``minutes``,
+    and removes it when migrated backwards."""
+
+    def create(apps, schema_editor):
+        apps.get_model("django_q", "Schedule").objects.update_or_create(
+            name=name, defaults={"func": func, "schedule_type": "I", "minutes": minutes, "repeats": -1}
+        )
+
+    def remove(apps, schema_editor):
+        apps.get_model("django_q", "Schedule").objects.filter(name=name).delete()
+
+    return migrations.RunPython(create, remove)
