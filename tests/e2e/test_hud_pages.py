@@ -60,6 +60,12 @@ def test_every_page_is_accessible_fits_and_keeps_to_the_csp(page, live_server, c
             width = page.evaluate("document.documentElement.scrollWidth")
             if size == "phone" or name == "overview":
                 assert width <= viewport["width"], f"{path} is {width} px wide at {size}"
+    page.emulate_media(color_scheme="dark")
+    page.set_viewport_size(SIZES["desktop"])
+    for name in ("overview", "backend", "pull-request", "job", "metrics"):
+        page.goto(live_server.url + pages[name])
+        page.screenshot(path=str(screenshots / f"{name}-dark.png"), full_page=True)
+        assert serious(page) == [], f"{pages[name]} in dark mode"
     # The 404 page's own status is the one console error a browser reports for it.
     assert [e for e in console_errors if "404" not in e] == []
 
