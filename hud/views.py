@@ -1,17 +1,38 @@
-"""The HUD pages: each view reads its parameters, asks hud.queries, renders one template."""
+"""The HUD pages: each view reads its parameters, asks hud.queries, renders one template.
+
+A page's live part (``<div id="live">``) is also its own template, ``hud/_<page>_live.html``: the page script asks
+for it alone (header ``X-HUD-Fragment: live``) when it refreshes, so a refresh moves a tenth of the bytes and
+replaces nothing outside it.
+"""
+
+from dataclasses import replace
 
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
 
 from hud import params, queries
-from hud.queries import BackendInfo, BackendStats
+from hud.queries import BackendInfo, BackendStats, Matrix, PrGroup
+from ootci import allowlist
+
+FRAGMENT_HEADER = "X-HUD-Fragment"
+FAILING = ("test", "infra")
+FIRST_FAILED_TESTS = 3
 
 
 def analytics_fallback(request: HttpRequest) -> dict:
     """Context processor: why this page's figures come from the database rather than ClickHouse, if they do."""
     reason = queries.fallback_reason()
     return {"analytics_fallback": {"reason": reason, "database": connection.display_name} if reason else None}
+
+
+def render_page(request: HttpRequest, name: str, context: dict) -> HttpResponse:
+    """The page ``hud/<name>.html``, or only its live fragment when the page script asks for it."""
+    fragment = request.headers.get(FRAGMENT_HEADER) == "live"
+    response = render(request, f"hud/_{name}_live.html" if fragment else f"hud/{name}.html", context)
+    patch_vary_headers(response, [FRAGMENT_HEADER])
+    return response
 
 
 def backend_or_404(org: str, repo: str) -> BackendInfo:
@@ -26,32 +47,57 @@ def index(request: HttpRequest) -> HttpResponse:
     overview = queries.overview(days=days, event=event)
     empty = not any(overview.sections.values()) and not overview.listed
     context = {"overview": overview, "days": days, "event": event, "empty": empty, "day_choices": params.DAYS}
-    return render(request, "hud/index.html", context)
+    return render_page(request, "index", context)
+
+
+def visible_columns(matrix: Matrix, *, job_filter: str, hide_green: bool) -> Matrix:
+    """The matrix with only the columns asked for: names containing ``job_filter`` (any case) and, with
+    ``hide_green``, not those whose every job passed; rows left without a job go too (lost rows stay unfiltered)."""
+    columns = [c for c in matrix.columns if job_filter.lower() in c.lower()]
+    if hide_green:
+        columns = [c for c in columns if any(c in r.cells and r.cells[c].outcome != "success" for r in matrix.rows)]
+    if columns == matrix.columns:
+        return matrix
+    rows = [r for r in matrix.rows if any(c in r.cells for c in columns) or (r.lost and not job_filter)]
+    return replace(matrix, columns=columns, rows=rows)
 
 
 def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     info = backend_or_404(org, repo)
     days, event, page = params.days(request), params.event(request), params.page(request)
-    failing = params.flag(request, "failing")
+    failing, hide_green = params.flag(request, "failing"), params.flag(request, "hide_green")
+    job_filter = request.GET.get("job", "").strip()[:100]
     stats = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats())
     matrix = queries.backend_matrix(backend_id=info.id, days=days, event=event, failing_only=failing, page=page)
     context = {
         "backend": info,
         "stats": stats,
-        "matrix": matrix,
+        "matrix": visible_columns(matrix, job_filter=job_filter, hide_green=hide_green),
         "days": days,
         "event": event,
         "failing": failing,
+        "hide_green": hide_green,
+        "job_filter": job_filter,
         "day_choices": params.DAYS,
     }
-    return render(request, "hud/backend.html", context)
+    return render_page(request, "backend", context)
+
+
+def group_failing(group: PrGroup) -> bool:
+    """A backend with a failed job on the head SHA, or whose dispatch was lost or failed."""
+    waiting = group.waiting is not None and group.waiting.state != "waiting"
+    return waiting or any(job.outcome in FAILING for job in group.jobs)
 
 
 def pull_request(request: HttpRequest, number: int) -> HttpResponse:
     detail = queries.pull_request(number)
     if detail is None:
         raise Http404(f"No pull request #{number} has been relayed")
-    return render(request, "hud/pull_request.html", {"pr": detail})
+    # Failing backends first, where the reader looks (stable: queries' order within each part).
+    groups = sorted(detail.groups, key=lambda group: not group_failing(group))
+    failing = {group.backend.id for group in groups if group_failing(group)}
+    context = {"pr": detail, "groups": groups, "failing": failing, "first_failed": FIRST_FAILED_TESTS}
+    return render_page(request, "pull_request", context)
 
 
 def pr_jump(request: HttpRequest) -> HttpResponse:
@@ -66,7 +112,8 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
     detail = queries.job_detail(backend_id=info.id, job_id=job_id)
     if detail is None:
         raise Http404(f"{info.repo} has no job {job_id}")
-    return render(request, "hud/job.html", {"backend": info, "detail": detail, "job": detail.job})
+    context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
+    return render_page(request, "job", context)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
@@ -74,4 +121,22 @@ def metrics(request: HttpRequest) -> HttpResponse:
     event = params.event(request)
     series = queries.metrics(days=days, event=event)
     context = {"series": series, "days": days, "event": event, "day_choices": params.METRIC_DAYS}
-    return render(request, "hud/metrics.html", context)
+    return render_page(request, "metrics", context)
+
+
+def allowlist_page(request: HttpRequest) -> HttpResponse:
+    by_level: dict[str, list[BackendInfo]] = {level: [] for level in ("L4", "L3", "L2", "L1")}
+    for info in queries.backends():
+        by_level.setdefault(info.level, []).append(info)
+    context = {"by_level": by_level, "yaml": allowlist.export_yaml()}
+    return render(request, "hud/allowlist.html", context)
+
+
+def api_docs(request: HttpRequest) -> HttpResponse:
+    return render(request, "hud/api_docs.html")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """The 404 page in the HUD's layout: what was not found, and where to go instead."""
+    message = exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
+    return render(request, "hud/404.html", {"message": message, "path": request.path}, status=404)

@@ -1,5 +1,6 @@
 """Display helpers for the HUD templates: numbers, times, letters and colours, charts."""
 
+import re
 from datetime import UTC, datetime
 
 from django import template
@@ -161,3 +162,35 @@ def by_day(series) -> list[dict]:
 @register.filter
 def event_noun(event: str) -> str:
     return {"pull_request": "pull-request"}.get(event, event)
+
+
+SHARD = re.compile(r"^(?P<base>.+?) \((?P<config>[^,()]+), (?P<shard>\d+), (?P<total>\d+)(?:, [^()]*)?\)$")
+
+
+@register.filter
+def column_groups(columns: list[str]) -> list[dict]:
+    """Header groups over consecutive shards of one job (``test (default, 1, 3)``…), as PyTorch's HUD shows them;
+    empty when no job is sharded, so the matrix keeps its single header row."""
+    groups: list[dict] = []
+    for column in columns:
+        found = SHARD.match(column)
+        label = f"{found['base']} ({found['config']})" if found else None
+        if label and groups and groups[-1]["label"] == label:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({"label": label or column, "span": 1})
+    return groups if any(g["span"] > 1 for g in groups) else []
+
+
+@register.filter
+def shard_label(column: str) -> str:
+    found = SHARD.match(column)
+    return f"{found['shard']}/{found['total']}" if found else column
+
+
+@register.filter
+def running_for(moment: datetime | None) -> str:
+    """How long a running job has been going: "12m", "1.5h"."""
+    if moment is None:
+        return "an unknown time"
+    return duration(max(0.0, (timezone.now() - moment).total_seconds()))

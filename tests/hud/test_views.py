@@ -26,9 +26,10 @@ def test_the_overview_shows_the_hand_counted_figures(client):
     html = get(client, "/oot/")
 
     row = text(html.split(f'data-repo="{s.backend.repo}"')[1].split("</tr>")[0])
-    # status, repo, pass rate, successes, test failures, infra failures (lost), total, queue p50 / p90, duration p50
-    assert "poor · 1 running acme/npu npu 33.3% 2 1 3 (1 lost) 6 2.5m / 3.7m 4.2m" in row
-    assert "below L3 bar 33.3% · q90 3.7m · PR90 1.0d" in row
+    # repo, running, pass rate + band, successes, test and infra failures (lost), total, queue p50 / p90, run p50
+    assert "acme/npu npu · 1 running 33.3% poor 2 1 3 (1 lost) 6 2.5m / 3.7m 4.2m" in row
+    # the missed L3 criteria are marked by more than colour
+    assert "below L3 bar ✗ missed: 33.3% · q90 3.7m · ✗ missed: PR90 1.0d" in row
     assert "How we count" in html
     assert "Lost (no callback)" in html
 
@@ -58,7 +59,7 @@ def test_the_backend_page_shows_cards_and_the_matrix(client):
     assert "33.3%" in html and "2/6 jobs" in html
     assert "16.7%" in html  # timeout rate
     assert "#101" in html and "#103" in html and "#102" not in html
-    assert "dispatch lost" in html
+    assert "1 lost" in html
     assert f"/oot/acme/npu/jobs/{s.rerun.id}/" in html
     assert "attempt 2" in html
 
@@ -167,8 +168,15 @@ def test_an_empty_allowlist_says_how_to_add_backends(client, db):
 def test_the_navigation_links_every_page_and_the_admin(client, db):
     html = get(client, "/oot/")
 
-    for href in ('href="/oot/"', 'href="/oot/metrics/"', 'href="/admin/"', 'href="/api/schema/"', "/oot/pr/"):
+    for href in (
+        'href="/oot/"',
+        'href="/oot/metrics/"',
+        'href="/admin/"',
+        'href="/oot/api/"',
+        'href="/oot/allowlist/"',
+    ):
         assert href in html
+    assert "/oot/pr/" in html
 
 
 @pytest.mark.parametrize(
@@ -216,3 +224,133 @@ def test_every_page_renders_the_demo_data(client, db):
     job = JobResult.objects.filter(backend__repo="ascend/pytorch-npu").first()
     assert job.job_name in get(client, f"/oot/ascend/pytorch-npu/jobs/{job.id}/")
     assert "ascend/pytorch-npu" in get(client, "/oot/metrics/?days=90")
+
+
+def test_a_refresh_gets_only_the_live_fragment(client):
+    scenario.build()
+
+    for url in ("/oot/", "/oot/acme/npu/", "/oot/pr/101/", "/oot/metrics/"):
+        response = client.get(url, headers={"X-HUD-Fragment": "live"})
+        fragment = response.content.decode()
+        assert response.status_code == 200
+        assert "<html" not in fragment and 'aria-label="Main"' not in fragment
+        assert "X-HUD-Fragment" in response["Vary"]
+        assert text(fragment) and text(fragment) in text(get(client, url))
+
+
+def test_an_unchanged_page_is_answered_304(client):
+    scenario.build()
+
+    first = client.get("/oot/acme/npu/", headers={"X-HUD-Fragment": "live"})
+    again = client.get("/oot/acme/npu/", headers={"X-HUD-Fragment": "live", "If-None-Match": first["ETag"]})
+
+    assert first["ETag"] and again.status_code == 304 and again.content == b""
+
+
+def test_pages_are_compressed(client):
+    scenario.build()
+
+    response = client.get("/oot/acme/npu/", headers={"Accept-Encoding": "gzip"})
+
+    assert response["Content-Encoding"] == "gzip"
+    assert len(response.content) < len(get(client, "/oot/acme/npu/")) / 3
+
+
+def test_pages_and_the_admin_send_a_strict_csp(client):
+    for url in ("/oot/", "/admin/login/"):
+        policy = client.get(url)["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "style-src 'self';" in policy and "unsafe-inline" not in policy
+
+
+def test_no_template_has_an_inline_script_or_style():
+    from pathlib import Path
+
+    for template in (Path(__file__).resolve().parents[2] / "templates").rglob("*.html"):
+        source = template.read_text()
+        assert "style=" not in source and "<style" not in source, template
+        assert re.search(r"<script(?![^>]*\bsrc=)", source) is None, template
+
+
+def test_the_job_filter_and_hide_green_pick_columns(client):
+    scenario.build()
+
+    lint = get(client, "/oot/acme/npu/?job=LINT")
+    assert lint.count('class="jobcol"') == 1 and "ci / lint" in lint
+    hidden = get(client, "/oot/acme/npu/?hide_green=1")
+    assert "ci / docs" not in hidden and "ci / test" in hidden
+    assert "Clear the job filter" in get(client, "/oot/acme/npu/?job=nothing-like-this")
+
+
+def test_shards_are_grouped_under_one_header(client, make_backend):
+    from tests.hud.builders import job
+
+    backend = make_backend("shard/npu")
+    for n in (1, 2, 3):
+        job(backend, name=f"test (default, {n}, 3)", event_type="nightly")
+
+    html = get(client, "/oot/shard/npu/?event=nightly")
+
+    assert 'colspan="3" class="group">ci / test (default)</th>' in html
+    assert "<span>1/3</span>" in html and "<span>3/3</span>" in html
+
+
+def test_the_pr_page_puts_failing_backends_first_with_their_first_failed_tests(client, make_backend):
+    from tests.hud.builders import ago, dispatch, job
+
+    s = scenario.build()
+    green = make_backend("aaa/green")  # sorts first by name, but it passed
+    job(
+        green,
+        name="build",
+        dispatch_=dispatch(green, sha="a" * 40, at=ago(days=3), pr=s.test_failure.dispatch.delivery.pull_request),
+    )
+
+    html = get(client, "/oot/pr/101/")
+
+    assert html.index("acme/npu") < html.index("aaa/green")
+    assert 'class="group failing"' in html
+    assert "First failed tests of ci / test" in html and "test/test_ops.py::test_a" in html
+
+
+def test_the_job_page_marks_the_current_attempt_and_says_how_long_a_job_runs(client):
+    from ootci.models import JobResult
+
+    s = scenario.build()
+
+    html = get(client, f"/oot/acme/npu/jobs/{s.first_attempt.id}/")
+    assert html.count("this attempt") == 1 and 'aria-current="true"' in html
+    running = JobResult.objects.get(backend=s.backend, status="in_progress")
+    page = text(get(client, f"/oot/acme/npu/jobs/{running.id}/"))
+    assert "running for 1.5h" in page
+    assert 'data-refresh="60"' in get(client, f"/oot/acme/npu/jobs/{running.id}/")
+
+
+def test_the_404_page_uses_the_hud_layout_and_says_what_is_missing(client, db):
+    html = get(client, "/oot/nobody/nothing/", status=404)
+
+    assert "nobody/nothing is not an allowlisted backend" in html
+    assert 'href="/oot/allowlist/"' in html and 'class="nav"' in html
+
+
+def test_the_allowlist_page_lists_backends_and_offers_downloads(client):
+    scenario.build()
+
+    html = get(client, "/oot/allowlist/")
+
+    assert "acme/npu" in html and "@ann" in html
+    assert 'download="allowlist.yml"' in html and 'download="allowlist.json"' in html
+    assert client.get("/api/oot/allowlist/?format=json").json()
+    assert "acme/npu" in client.get("/api/oot/allowlist/?format=yaml").content.decode()
+
+
+def test_the_api_page_serves_swagger_ui_from_our_static_files(client, db):
+    html = get(client, "/oot/api/")
+
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
+    assert "cdn" not in html.lower()
+
+
+def test_an_l1_backend_page_says_it_sends_nothing_back(client, make_backend):
+    make_backend("quiet/npu", level="L1")
+
+    assert "sends no results back" in get(client, "/oot/quiet/npu/")
