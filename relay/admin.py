@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.utils.text import Truncator
 
-from ootci.models import Delivery, Dispatch
+from ootci.models import CallbackRejection, Delivery, Dispatch
 from relay import outbox
 
 
@@ -18,6 +18,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+class LostFilter(admin.SimpleListFilter):
+    """Dispatches the HUD counts as lost (``Dispatch.objects.lost``): the list behind the relay strip's number."""
+
+    title = "lost (no callback)"
+    parameter_name = "lost"
+
+    def lookups(self, request, model_admin):
+        return [("1", "lost")]
+
+    def queryset(self, request, queryset):
+        return queryset & Dispatch.objects.lost() if self.value() == "1" else queryset
 
 
 class DispatchInline(admin.TabularInline):
@@ -85,7 +98,7 @@ class DispatchAdmin(ReadOnlyAdmin):
         "created_at",
         "sent_at",
     ]
-    list_filter = ["status", "payload_trimmed", "delivery__event", "backend"]
+    list_filter = [LostFilter, "status", "payload_trimmed", "delivery__event", "backend"]
     search_fields = ["delivery__delivery_id", "backend__repo", "=delivery__pull_request__number"]
     list_select_related = ["delivery__pull_request", "backend"]
     raw_id_fields = ["delivery"]
@@ -111,3 +124,13 @@ class DispatchAdmin(ReadOnlyAdmin):
         messages.success(request, f"{count} dispatch(es) queued again.")
         if skipped:
             messages.warning(request, f"{skipped} selected dispatch(es) were not failed and were left alone.")
+
+
+@admin.register(CallbackRejection)
+class CallbackRejectionAdmin(ReadOnlyAdmin):
+    """Refused callbacks: the list behind the relay strip's "callbacks rejected"."""
+
+    list_display = ["received_at", "repo", "status_code", "detail"]
+    list_filter = ["status_code", "received_at"]
+    search_fields = ["repo", "detail"]
+    date_hierarchy = "received_at"

@@ -1,8 +1,11 @@
 """The relay's admin pages: deliveries and dispatches, browsable and filterable, and "redispatch"."""
 
-import pytest
+from datetime import timedelta
 
-from ootci.models import Delivery, Dispatch
+import pytest
+from django.utils import timezone
+
+from ootci.models import CallbackRejection, Delivery, Dispatch
 from tests.relay.conftest import UPSTREAM, fixture_json
 
 
@@ -24,6 +27,25 @@ def test_failed_dispatches_are_listed_with_their_reason(admin_client, make_backe
     text = response.content.decode()
     assert "org/a" in text and "GitHub 422 on POST: no" in text
     assert [d.backend.repo for d in response.context["cl"].result_list] == ["org/a"]
+
+
+@pytest.mark.django_db
+def test_lost_dispatches_are_listed_as_the_hud_counts_them(admin_client, make_backend):
+    old = timezone.now() - timedelta(days=1)
+    make_dispatch(make_backend("org/lost", level="L2"), delivery_id="d-2", status="sent", created_at=old)
+    make_dispatch(make_backend("org/l1", level="L1"), delivery_id="d-2", status="sent", created_at=old)
+    make_dispatch(make_backend("org/recent", level="L2"), delivery_id="d-3", status="sent")
+    response = admin_client.get("/admin/ootci/dispatch/", {"lost": "1"})
+    assert response.status_code == 200
+    assert [d.backend.repo for d in response.context["cl"].result_list] == ["org/lost"]
+
+
+@pytest.mark.django_db
+def test_rejected_callbacks_are_listed(admin_client):
+    CallbackRejection.objects.create(repo="org/x", status_code=403, detail="org/x is not in the OOT CI allowlist.")
+    response = admin_client.get("/admin/ootci/callbackrejection/")
+    assert response.status_code == 200
+    assert "org/x is not in the OOT CI allowlist." in response.content.decode()
 
 
 @pytest.mark.django_db
