@@ -9,7 +9,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from hud.queries import DayRate, MetricsSeries
 
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
+# Line colours with at least 3:1 contrast against the page (WCAG 1.4.11 for graphics), light and dark.
+PALETTE = ["#1f77b4", "#d62728", "#2a8a2a", "#9467bd", "#c2560a", "#0f7f8c", "#8c564b", "#b0448f", "#6b6b6b", "#7a7a00"]
 FAIR_MARGIN = 15.0
 
 
@@ -66,8 +67,8 @@ def line_chart(series: list[MetricsSeries], width: int = 960, height: int = 300)
             x = left + i * step
             label = point.day.strftime("%b %d")
             parts.append(f'<text class="axis" x="{x:.1f}" y="{height - 8}" text-anchor="middle">{label}</text>')
-    for n, s in enumerate(series):
-        colour, path, drawing = legend_colour(n), [], False
+    for s in series:
+        colour, path, drawing = backend_colour(s.backend.id), [], False
         for i, point in enumerate(s.days):
             if point.pass_rate is None:
                 drawing = False
@@ -85,5 +86,6 @@ def line_chart(series: list[MetricsSeries], width: int = 960, height: int = 300)
     )
 
 
-def legend_colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+def backend_colour(backend_id: int) -> str:
+    """A backend's line colour: fixed by its id, so it stays when the backend changes level or others come and go."""
+    return PALETTE[backend_id % len(PALETTE)]

@@ -111,8 +111,8 @@ def line_chart(series):
 
 
 @register.filter
-def legend_colour(index: int) -> str:
-    return charts.legend_colour(index)
+def backend_colour(backend_id: int) -> str:
+    return charts.backend_colour(backend_id)
 
 
 @register.simple_tag(takes_context=True)
