@@ -16,7 +16,17 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q
 
-from hud.store import Ask, Store, Windows, collect, job_from_row, latest_attempts, summary_asks, summary_from
+from hud.store import (
+    Ask,
+    BackendWindow,
+    Store,
+    Windows,
+    collect,
+    job_from_row,
+    latest_attempts,
+    summary_asks,
+    summary_from,
+)
 from hud.types import (
     BackendInfo,
     BackendStats,
@@ -56,7 +66,7 @@ def lost_rows(windows: Windows, asks: list[Ask], backend_id: int | None) -> list
     lost = lost.filter(delivery__event__in={windows[w][0] for _, w in counted})
     if backend_id is not None:
         lost = lost.filter(backend_id=backend_id)
-    found = list(lost.values_list("backend_id", "delivery__event", "created_at"))
+    found = list(lost.order_by().values_list("backend_id", "delivery__event", "created_at"))
     rows = []
     for kind, w in counted:
         event, since = windows[w]
@@ -126,10 +136,10 @@ def matrix(store: Store, *, backend_id: int, since: datetime, event: str, failin
     """
     offset = (page - 1) * PER_PAGE
     lost = lost_keys(backend_id=backend_id, since=since, event=event)
-    keys = {"backend_id": backend_id, "since": since, "event": event}
-    found = store.sha_keys(**keys, failing_only=failing_only, limit=offset + PER_PAGE + 1)
+    window = BackendWindow(backend_id, event, since)
+    found = store.sha_keys(window, failing_only=failing_only, limit=offset + PER_PAGE + 1)
     if lost:
-        found += store.sha_keys(**keys, shas=sorted({sha for (_, sha), _ in lost}))
+        found += store.sha_keys_of(window, shas=sorted({sha for (_, sha), _ in lost}))
     keyed = {(r["pr_number"], r["sha"]): [r["at"], r["bad"], 0] for r in found}
     for key, at in lost:
         row = keyed.setdefault(key, [at, 0, 0])
@@ -141,7 +151,7 @@ def matrix(store: Store, *, backend_id: int, since: datetime, event: str, failin
     has_next = len(rows) > PER_PAGE
     rows = rows[:PER_PAGE]
     cells: dict[tuple, dict[str, Job]] = defaultdict(dict)
-    for r in store.cells(**keys, shas=[sha for (_, sha), _, _ in rows]):
+    for r in store.cells(window, shas=[sha for (_, sha), _, _ in rows]):
         job = job_from_row(r)
         cells[r["pr_number"], r["job_sha"]][job.column] = job
     titles = {pr.number: pr for pr in PullRequest.objects.filter(number__in=[n for (n, _), _, _ in rows if n])}
@@ -158,7 +168,7 @@ def matrix(store: Store, *, backend_id: int, since: datetime, event: str, failin
 def lost_keys(*, backend_id: int, since: datetime, event: str) -> list[tuple[tuple[int | None, str], datetime]]:
     """The (PR number, tested SHA) and time of each lost dispatch of the backend in the window."""
     lost = Dispatch.objects.lost(since=since).filter(backend_id=backend_id, delivery__event=event)
-    found = lost.values_list(
+    found = lost.order_by().values_list(
         "delivery__pull_request__number", "delivery__head_sha", "delivery__delivery_id", "created_at"
     )
     # A delivery's tested SHA, as JobResult.job_sha for its jobs: the head SHA, else the delivery id.

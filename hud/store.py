@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
 
@@ -54,8 +55,25 @@ FIGURE_COLUMNS = {
     "total": "bigint",
     "p90": "double precision",
 }
+# The latest-attempt outcomes each stats row counts: its column → JobResult.outcome.
+OUTCOME_COUNTS = {
+    "successes": JobResult.Outcome.SUCCESS.value,
+    "test_failures": JobResult.Outcome.TEST.value,
+    "infra_failures": JobResult.Outcome.INFRA.value,
+    "running": JobResult.Outcome.RUNNING.value,
+    "skipped": JobResult.Outcome.SKIPPED.value,
+}
 # The columns of a job row: every field of a Job (the JobResult columns of the same names).
 JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(Job))
+
+
+@dataclass(frozen=True)
+class BackendWindow:
+    """The matrix's jobs: one backend's, of one event, finished since ``since``."""
+
+    backend_id: int
+    event: str
+    since: datetime
 
 
 def latest_order(prefix: str = "") -> str:
@@ -69,21 +87,15 @@ class Store(Protocol):
     def figure_rows(self, *, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> list[dict]:
         """The rows of the figures ``asks`` over the latest attempts of each window (lost dispatches aside)."""
 
-    def sha_keys(
-        self,
-        *,
-        backend_id: int,
-        since: datetime,
-        event: str,
-        failing_only: bool = False,
-        limit: int | None = None,
-        shas: list[str] | None = None,
-    ) -> list[dict]:
-        """The matrix rows of a backend's latest attempts in a window, as (pr_number, sha, at, bad): at = latest
-        finish, bad = test and infrastructure failures; newest first, then by SHA; the first ``limit``, or every one
-        of ``shas`` (without the ``failing_only`` filter)."""
+    def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
+        """The matrix rows of the window's latest attempts, as (pr_number, sha, at, bad): at = latest finish, bad =
+        test and infrastructure failures; newest first, then by SHA; the first ``limit`` (with a failure only, if
+        ``failing_only``)."""
 
-    def cells(self, *, backend_id: int, since: datetime, event: str, shas: list[str]) -> list[dict]:
+    def sha_keys_of(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
+        """The matrix rows, as ``sha_keys``, of the jobs tested on ``shas``."""
+
+    def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
         """Job rows (and ``job_sha``): the latest attempts in the window of the jobs tested on ``shas``."""
 
     def pr_jobs(self, *, number: int) -> list[dict]:
@@ -100,23 +112,26 @@ class FallbackStore:
     def __init__(self, primary: Store, fallback: Store, *, failed: Callable[[str], None]) -> None:
         self.primary, self.fallback, self.failed = primary, fallback, failed
 
-    def _read(self, method: str, **kwargs):
+    def _read(self, method: str, *args, **kwargs):
         try:
-            return getattr(self.primary, method)(**kwargs)
+            return getattr(self.primary, method)(*args, **kwargs)
         except clickhouse.ClickHouseError as ex:
             reason = " ".join(str(ex).split())[:300]
             logger.warning("HUD read %s from the database: %s", method, reason)
             self.failed(reason)
-            return getattr(self.fallback, method)(**kwargs)
+            return getattr(self.fallback, method)(*args, **kwargs)
 
     def figure_rows(self, *, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> list[dict]:
         return self._read("figure_rows", windows=windows, asks=asks, backend_id=backend_id)
 
-    def sha_keys(self, **kwargs) -> list[dict]:
-        return self._read("sha_keys", **kwargs)
+    def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
+        return self._read("sha_keys", window, failing_only=failing_only, limit=limit)
 
-    def cells(self, *, backend_id: int, since: datetime, event: str, shas: list[str]) -> list[dict]:
-        return self._read("cells", backend_id=backend_id, since=since, event=event, shas=shas)
+    def sha_keys_of(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
+        return self._read("sha_keys_of", window, shas=shas)
+
+    def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
+        return self._read("cells", window, shas=shas)
 
     def pr_jobs(self, *, number: int) -> list[dict]:
         return self._read("pr_jobs", number=number)

@@ -25,11 +25,10 @@ one session across its methods (``queries.unit_of_work``). Driver failures surfa
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from hud import clickhouse
-from hud.store import FIGURE_COLUMNS, JOB_COLUMNS, Ask, Windows, latest_order
+from hud.store import FIGURE_COLUMNS, JOB_COLUMNS, OUTCOME_COUNTS, Ask, BackendWindow, Windows, latest_order
 from ootci.models import JobResult
 
 SINCE = "{since:DateTime64(6, 'UTC')}"
@@ -88,11 +87,7 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
                 figure_select(
                     f"stats:{w}",
                     f"{latest} GROUP BY backend_id",
-                    successes="countIf(outcome = 'success')",
-                    test_failures="countIf(outcome = 'test')",
-                    infra_failures="countIf(outcome = 'infra')",
-                    running="countIf(outcome = 'running')",
-                    skipped="countIf(outcome = 'skipped')",
+                    **{column: f"countIf(outcome = '{outcome}')" for column, outcome in OUTCOME_COUNTS.items()},
                     timed_out="countIf(outcome = 'infra' AND conclusion = 'timed_out')",
                     prs="uniqExact(pr_number)",
                     queue_median="quantileExactInclusive(0.5)(queue_time)",
@@ -140,32 +135,22 @@ class ClickHouseStore:
         with clickhouse.session():
             return select(sql, **window_parameters(windows, backend_id=backend_id))
 
-    def sha_keys(
-        self,
-        *,
-        backend_id: int,
-        since: datetime,
-        event: str,
-        failing_only: bool = False,
-        limit: int | None = None,
-        shas: list[str] | None = None,
-    ) -> list[dict]:
-        where = having = tail = ""
-        if shas is not None:
-            where = "WHERE sha IN {shas:Array(String)}"
-        elif failing_only:
-            having = "HAVING bad > 0"
-        if limit is not None:
-            tail = f"LIMIT {int(limit)}"
+    def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
+        return self._sha_keys(window, having="HAVING bad > 0" if failing_only else "", tail=f"LIMIT {int(limit)}")
+
+    def sha_keys_of(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
+        return self._sha_keys(window, where="WHERE sha IN {shas:Array(String)}", shas=shas)
+
+    def _sha_keys(self, window: BackendWindow, *, where: str = "", having: str = "", tail: str = "", **params) -> list:
         sql = f"""
         SELECT pr_number, job_sha AS sha, max(finished_at) AS at, countIf(outcome IN ('test', 'infra')) AS bad
         FROM ({latest_sql("m", backend=True)}) {where}
         GROUP BY pr_number, sha {having} ORDER BY at DESC, sha {tail}"""
-        params = window_parameters({"m": (event, since)}, backend_id=backend_id, shas=shas)
+        params |= window_parameters({"m": (window.event, window.since)}, backend_id=window.backend_id)
         with clickhouse.session():
             return [r | {"bad": int(r["bad"])} for r in select(sql, **params)]
 
-    def cells(self, *, backend_id: int, since: datetime, event: str, shas: list[str]) -> list[dict]:
+    def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
         if not shas:
             return []
         where = (
@@ -173,7 +158,7 @@ class ClickHouseStore:
             f"AND newer_finished_at < {SINCE} AND job_sha IN {{shas:Array(String)}}"
         )
         with clickhouse.session():  # latest attempts in the window, one per job
-            return jobs(where, backend_id=backend_id, event=event, since=since, shas=shas)
+            return jobs(where, backend_id=window.backend_id, event=window.event, since=window.since, shas=shas)
 
     def pr_jobs(self, *, number: int) -> list[dict]:
         with clickhouse.session():

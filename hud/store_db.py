@@ -12,7 +12,18 @@ from datetime import datetime
 
 from django.db import connection
 
-from hud.store import FIGURE_COLUMNS, JOB_COLUMNS, NEEDS, Ask, Windows, as_datetime, latest_attempts, latest_order
+from hud.store import (
+    FIGURE_COLUMNS,
+    JOB_COLUMNS,
+    NEEDS,
+    OUTCOME_COUNTS,
+    Ask,
+    BackendWindow,
+    Windows,
+    as_datetime,
+    latest_attempts,
+    latest_order,
+)
 from ootci.models import JobResult
 
 # What a caller of latest_sql may ask for beyond backend_id, finished_at and outcome.
@@ -124,11 +135,7 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
                     f"stats:{w}",
                     f"{mine} GROUP BY backend_id",
                     backend_id="backend_id",
-                    successes=count("success"),
-                    test_failures=count("test"),
-                    infra_failures=count("infra"),
-                    running=count("running"),
-                    skipped=count("skipped"),
+                    **{column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()},
                     timed_out=count("infra", also=" AND conclusion = 'timed_out'"),
                     prs="COUNT(DISTINCT pr_number)",
                     queue_median=d.pct("queue_time", 0.5),
@@ -177,25 +184,19 @@ class DatabaseStore:
             sql + "\nUNION ALL ".join(figure_selects(d, asks)), window_params(d, windows, backend_id=backend_id)
         )
 
-    def sha_keys(
-        self,
-        *,
-        backend_id: int,
-        since: datetime,
-        event: str,
-        failing_only: bool = False,
-        limit: int | None = None,
-        shas: list[str] | None = None,
-    ) -> list[dict]:
+    def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
+        return self._sha_keys(window, having="HAVING SUM(bad) > 0" if failing_only else "", tail=f"LIMIT {int(limit)}")
+
+    def sha_keys_of(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
+        params = {f"sha{i}": sha for i, sha in enumerate(shas)}
+        return self._sha_keys(
+            window, where=f"WHERE sha IN ({', '.join(f'%({p})s' for p in params) or 'NULL'})", **params
+        )
+
+    def _sha_keys(self, window: BackendWindow, *, where: str = "", having: str = "", tail: str = "", **params) -> list:
         d = Dialect()
-        params = window_params(d, {"m": (event, since)}, backend_id=backend_id)
-        where, having, tail = "", "HAVING SUM(bad) > 0" if failing_only else "", ""
-        if shas is not None:
-            params |= {f"sha{i}": sha for i, sha in enumerate(shas)}
-            where, having = f"WHERE sha IN ({', '.join(f'%(sha{i})s' for i in range(len(shas))) or 'NULL'})", ""
-        if limit is not None:
-            tail = f"LIMIT {int(limit)}"
-        sql = latest_sql(d, {"m": (event, since)}, backend=True, columns={"m": ("pr_number", "job_sha")})
+        windows = {"m": (window.event, window.since)}
+        sql = latest_sql(d, windows, backend=True, columns={"m": ("pr_number", "job_sha")})
         sql += f"""
         , keyed AS (
             SELECT pr_number, job_sha AS sha, finished_at AS at,
@@ -204,13 +205,14 @@ class DatabaseStore:
         )
         SELECT pr_number, sha, MAX(at) AS at, SUM(bad) AS bad FROM keyed {where}
         GROUP BY pr_number, sha {having} ORDER BY MAX(at) DESC, sha {tail}"""
-        return [r | {"at": as_datetime(r["at"]), "bad": int(r["bad"])} for r in fetch(sql, params)]
+        found = fetch(sql, window_params(d, windows, backend_id=window.backend_id) | params)
+        return [r | {"at": as_datetime(r["at"]), "bad": int(r["bad"])} for r in found]
 
-    def cells(self, *, backend_id: int, since: datetime, event: str, shas: list[str]) -> list[dict]:
+    def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
         if not shas:
             return []
-        jobs = JobResult.objects.filter(backend_id=backend_id, event_type=event, job_sha__in=shas)
-        return latest_attempts(job_rows(jobs.filter(finished_at__gte=since)))
+        jobs = JobResult.objects.filter(backend_id=window.backend_id, event_type=window.event, job_sha__in=shas)
+        return latest_attempts(job_rows(jobs.filter(finished_at__gte=window.since)))
 
     def pr_jobs(self, *, number: int) -> list[dict]:
         return job_rows(JobResult.objects.filter(pr_number=number, event_type="pull_request"))
