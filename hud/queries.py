@@ -18,319 +18,61 @@ How we count (the pages repeat this in their "how we count" note):
 - Times are seconds (floats rounded to 0.1). Medians and p90 are continuous percentiles
   (``percentile_cont``) over latest attempts that have the value.
 
-The store underneath is picked by :func:`store`: the Django database (``hud.store_db``), or with
-``CLICKHOUSE_URL`` set the ClickHouse store (``hud.store_clickhouse``), which implements the same
-:class:`Store` methods with the same signatures, rounding and ordering, so both give identical results on
-the same data (tests/hud/test_clickhouse_parity.py). When a ClickHouse read fails, the database answers
-and the page says so (:func:`fallback_reason`, shown by ``base.html``).
+The job results underneath are read through a store (``hud.store``), picked by :func:`store`: the Django
+database (``hud.store_db``), or with ``CLICKHOUSE_URL`` set the ClickHouse store (``hud.store_clickhouse``); both
+return the same rows on the same data, and the pages are assembled from them once (``hud.pages``), so both give
+identical figures (tests/hud/test_clickhouse_parity.py). Outcome, finish time and tested SHA are the JobResult
+columns that ``ootci.models`` defines; the levels shown come from ``ootci.levels.shown_on_hud()``. When a ClickHouse
+read fails, the database answers and the page says so (:func:`fallback_reason`, shown by ``base.html``).
 """
 
 from __future__ import annotations
 
-import logging
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from time import monotonic
 from time import time as wall_time
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from hud import clickhouse
-
-logger = logging.getLogger(__name__)
+from hud import clickhouse, pages
+from hud.pages import PER_PAGE as PER_PAGE
+from hud.pages import natural_key as natural_key
+from hud.store import FallbackStore, Store
+from hud.store_clickhouse import ClickHouseStore
+from hud.store_db import DatabaseStore
+from hud.types import (
+    BackendInfo,
+    BackendStats,
+    DayRate,
+    Eligibility,
+    HealthRow,
+    JobDetail,
+    Matrix,
+    MetricsSeries,
+    Overview,
+    PrDetail,
+    RelayHealth,
+    Summary,
+)
+from hud.types import Counts as Counts  # re-exported, as PER_PAGE and natural_key: callers name them from here
+from ootci import levels
+from ootci.models import Backend
 
 EVENTS = ("pull_request", "push", "nightly", "periodic")
-LEVELS_SHOWN = ("L4", "L3", "L2")
-PER_PAGE = 50
 SPARK_DAYS = 14
-
-
-# --- result types (plain data; no model instances) ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class BackendInfo:
-    id: int
-    repo: str
-    level: str
-    device: str
-    oncalls: tuple[str, ...]
-    events: tuple[str, ...]
-    enabled: bool
-
-    @property
-    def org(self) -> str:
-        return self.repo.split("/", 1)[0]
-
-    @property
-    def name(self) -> str:
-        return self.repo.split("/", 1)[1]
-
-
-@dataclass(frozen=True)
-class Counts:
-    """Latest-attempt outcomes in a window; ``lost`` dispatches are already inside ``infra_failures``."""
-
-    successes: int = 0
-    test_failures: int = 0
-    infra_failures: int = 0
-    lost: int = 0
-    running: int = 0
-    skipped: int = 0
-    timed_out: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.successes + self.test_failures + self.infra_failures
-
-    @property
-    def pass_rate(self) -> float | None:
-        return rate(self.successes, self.total)
-
-    @property
-    def timeout_rate(self) -> float | None:
-        return rate(self.timed_out, self.total)
-
-
-@dataclass(frozen=True)
-class BackendStats:
-    """One backend's figures over a window (``counts`` include its lost dispatches)."""
-
-    counts: Counts = field(default_factory=Counts)
-    prs: int = 0
-    queue_median: float | None = None
-    queue_p90: float | None = None
-    queue_avg: float | None = None
-    duration_median: float | None = None
-    duration_avg: float | None = None
-    last_run: datetime | None = None
-
-
-@dataclass(frozen=True)
-class DayRate:
-    day: date
-    successes: int
-    total: int
-
-    @property
-    def pass_rate(self) -> float | None:
-        return rate(self.successes, self.total)
-
-
-@dataclass(frozen=True)
-class Eligibility:
-    """A backend against the RFC-0050 L3 bar, over the last 7 days of pull_request jobs."""
-
-    success_rate: float | None
-    queue_p90: float | None
-    pr_run_p90: float | None
-    meets_success: bool
-    meets_queue: bool
-    meets_run_time: bool
-    verdict: str  # "meets-l3" | "below-level" | "not-yet" | "no-data"
-
-    @property
-    def meets_l3(self) -> bool:
-        return self.meets_success and self.meets_queue and self.meets_run_time
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The job-result figures of the overview, which a store computes from one latest-attempt selection."""
-
-    stats: dict[int, BackendStats]  # the window and event asked for
-    daily: dict[int, list[DayRate]]  # the sparkline window (days with runs only, as Store.daily)
-    weekly: dict[int, BackendStats]  # pull_request, the last 7 days: the L3 bar
-    pr_run_p90: dict[int, float]  # pull_request, the last 7 days
-
-
-@dataclass(frozen=True)
-class RelayHealth:
-    deliveries: int
-    dispatches_sent: int
-    dispatches_failed: int
-    dispatches_pending: int
-    dispatches_lost: int
-    callback_rejections: int
-
-
-@dataclass(frozen=True)
-class HealthRow:
-    backend: BackendInfo
-    stats: BackendStats
-    spark: list[DayRate]
-    eligibility: Eligibility
-
-
-@dataclass(frozen=True)
-class Overview:
-    days: int
-    event: str
-    sections: dict[str, list[HealthRow]]  # L4, L3, L2, worst first
-    listed: list[BackendInfo]  # L1: listed only
-    relay: RelayHealth
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job attempt as the pages show it."""
-
-    id: int
-    backend_id: int
-    event_type: str
-    pr_number: int | None
-    head_sha: str
-    delivery_id: str
-    workflow_name: str
-    job_name: str
-    run_id: str
-    run_attempt: int
-    check_run_id: str
-    status: str
-    conclusion: str
-    outcome: str  # success | test | infra | running | skipped
-    started_at: datetime | None
-    completed_at: datetime | None
-    created_at: datetime
-    finished_at: datetime
-    queue_time: float | None
-    execution_time: float | None
-    passed: int | None
-    failed: int | None
-    skipped: int | None
-    failed_tests: tuple[str, ...]
-    run_url: str
-    artifact_url: str
-    level: str
-    upstream_check_run_id: int | None
-    one_shot: bool
-    relay_decided: bool
-    source: str
-    upstream_repo: str
-
-    @property
-    def column(self) -> str:
-        return f"{self.workflow_name} / {self.job_name}"
-
-    @property
-    def job_url(self) -> str:
-        """The downstream job log when we know it, else the run."""
-        if self.run_url and self.check_run_id.isdigit():
-            return f"{self.run_url.rstrip('/')}/job/{self.check_run_id}"
-        return self.run_url
-
-
-@dataclass(frozen=True)
-class MatrixRow:
-    pr_number: int | None
-    sha: str
-    title: str
-    author: str
-    at: datetime
-    lost: int  # dispatches of this SHA that never called back
-    cells: dict[str, Job]  # column → latest attempt
-
-
-@dataclass(frozen=True)
-class Matrix:
-    columns: list[str]
-    rows: list[MatrixRow]
-    page: int
-    has_next: bool
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A dispatch of the PR's head SHA with no report yet: waiting, lost or failed to send."""
-
-    state: str  # waiting | lost | failed
-    since: datetime
-
-
-@dataclass(frozen=True)
-class PrGroup:
-    backend: BackendInfo
-    jobs: list[Job]  # latest attempts on the head SHA, failures first
-    earlier: list[Job]  # older attempts and earlier SHAs, newest first
-    waiting: Waiting | None
-
-
-@dataclass(frozen=True)
-class PrDetail:
-    number: int
-    upstream_repo: str
-    title: str
-    author: str
-    labels: tuple[str, ...]
-    state: str
-    head_sha: str
-    html_url: str
-    groups: list[PrGroup]
-
-    @property
-    def summary(self) -> dict[str, int]:
-        jobs = [j for g in self.groups for j in g.jobs]
-        return {
-            "jobs": len(jobs),
-            "passed": sum(j.outcome == "success" for j in jobs),
-            "failed": sum(j.outcome in ("test", "infra") for j in jobs),
-            "running": sum(j.outcome == "running" for j in jobs),
-            "skipped": sum(j.outcome == "skipped" for j in jobs),
-            "waiting": sum(g.waiting is not None and g.waiting.state == "waiting" for g in self.groups),
-            "lost": sum(g.waiting is not None and g.waiting.state != "waiting" for g in self.groups),
-        }
-
-
-@dataclass(frozen=True)
-class JobDetail:
-    job: Job
-    attempts: list[Job]  # every attempt of this job, newest first
-    pr_title: str
-
-
-@dataclass(frozen=True)
-class MetricsSeries:
-    backend: BackendInfo
-    days: list[DayRate]  # every day of the window, oldest first; total 0 means no runs (a gap)
-
-
-# --- the store interface -------------------------------------------------------------------------
-
-
-class Store(Protocol):
-    def backends(self) -> list[BackendInfo]: ...
-    def backend_stats(
-        self, *, since: datetime, event: str, backend_id: int | None = None
-    ) -> dict[int, BackendStats]: ...
-    def daily(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, list[DayRate]]: ...
-    def pr_run_p90(self, *, since: datetime) -> dict[int, float]: ...
-    def summary(
-        self, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime
-    ) -> Summary: ...
-    def relay_health(self, *, since: datetime) -> RelayHealth: ...
-    def matrix(
-        self, *, backend_id: int, since: datetime, event: str, failing_only: bool, page: int
-    ) -> tuple[list[MatrixRow], bool]: ...
-    def pr_detail(self, *, number: int, backends: list[BackendInfo]) -> PrDetail | None: ...
-    def job_detail(self, *, backend_id: int, job_id: int) -> JobDetail | None: ...
 
 
 def store() -> Store:
     """The store every query reads: ClickHouse when configured (falling back to the database), else the database."""
-    from hud.store_db import DatabaseStore
-
     if source() != "clickhouse":
         return DatabaseStore()
-    from hud.store_clickhouse import ClickHouseStore
-
-    return FallbackStore(ClickHouseStore(), DatabaseStore())
+    return FallbackStore(ClickHouseStore(), DatabaseStore(), failed=_clickhouse_failed)
 
 
 # --- ClickHouse outages: the database answers, the page says so ----------------------------------
@@ -368,77 +110,35 @@ def unit_of_work() -> Iterator[None]:
         _fallback.reset(token)
 
 
-class FallbackStore:
-    """The ClickHouse store; any read it fails is answered by the database store, which then answers every read for
-    RETRY_CLICKHOUSE_SECONDS (see ``source``). Either way the request is told (``fallback_reason``)."""
-
-    def __init__(self, primary: Store, fallback: Store) -> None:
-        self.primary, self.fallback = primary, fallback
-
-    def _read(self, method: str, **kwargs):
-        try:
-            return getattr(self.primary, method)(**kwargs)
-        except clickhouse.ClickHouseError as ex:
-            reason = " ".join(str(ex).split())[:300]
-            logger.warning("HUD read %s from the database: %s", method, reason)
-            _outage.update(until=monotonic() + RETRY_CLICKHOUSE_SECONDS, reason=reason)
-            _fallback.set(reason)
-            return getattr(self.fallback, method)(**kwargs)
-
-    def backends(self) -> list[BackendInfo]:
-        return self._read("backends")
-
-    def backend_stats(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, BackendStats]:
-        return self._read("backend_stats", since=since, event=event, backend_id=backend_id)
-
-    def daily(self, *, since: datetime, event: str, backend_id: int | None = None) -> dict[int, list[DayRate]]:
-        return self._read("daily", since=since, event=event, backend_id=backend_id)
-
-    def pr_run_p90(self, *, since: datetime) -> dict[int, float]:
-        return self._read("pr_run_p90", since=since)
-
-    def summary(self, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime) -> Summary:
-        return self._read("summary", event=event, since=since, spark_since=spark_since, week_since=week_since)
-
-    def relay_health(self, *, since: datetime) -> RelayHealth:
-        return self._read("relay_health", since=since)
-
-    def matrix(
-        self, *, backend_id: int, since: datetime, event: str, failing_only: bool, page: int
-    ) -> tuple[list[MatrixRow], bool]:
-        kwargs = {"backend_id": backend_id, "since": since, "event": event, "failing_only": failing_only, "page": page}
-        return self._read("matrix", **kwargs)
-
-    def pr_detail(self, *, number: int, backends: list[BackendInfo]) -> PrDetail | None:
-        return self._read("pr_detail", number=number, backends=backends)
-
-    def job_detail(self, *, backend_id: int, job_id: int) -> JobDetail | None:
-        return self._read("job_detail", backend_id=backend_id, job_id=job_id)
+def _clickhouse_failed(reason: str) -> None:
+    """A ClickHouse read failed: the database answers every read for RETRY_CLICKHOUSE_SECONDS, and this request's
+    page says why (``fallback_reason``)."""
+    _outage.update(until=monotonic() + RETRY_CLICKHOUSE_SECONDS, reason=reason)
+    _fallback.set(reason)
 
 
-# --- helpers shared by every store -----------------------------------------------------------------
-
-
-def rate(part: int, whole: int) -> float | None:
-    return round(100.0 * part / whole, 1) if whole else None
-
+# --- figures: computed by one refresh path, served from the cache -------------------------------------------------
 
 # Every cached figure: its name → the store call that computes it from its cache key (and ``now``).
 FIGURES: dict[str, Callable[..., Any]] = {
-    "stats": lambda days, event, backend_id, now=None: store().backend_stats(
-        since=since(days, now), event=event, backend_id=backend_id
+    "stats": lambda days, event, backend_id, now=None: pages.backend_stats(
+        store(), since=since(days, now), event=event, backend_id=backend_id
     ),
-    "daily": lambda start, event, backend_id, now=None: store().daily(since=start, event=event, backend_id=backend_id),
-    "pr-run-p90": lambda now=None: store().pr_run_p90(since=since(7, now)),
-    "relay": lambda days, now=None: store().relay_health(since=since(days, now)),
+    "daily": lambda start, event, backend_id, now=None: pages.daily(
+        store(), since=start, event=event, backend_id=backend_id
+    ),
+    "pr-run-p90": lambda now=None: pages.pr_run_p90(store(), since=since(7, now)),
+    "relay": lambda days, now=None: pages.relay_health(since=since(days, now)),
     "summary": lambda days, event, spark_since, now=None: summary_compute(days, event, spark_since, now_or(now)),
 }
 _refreshing: ContextVar[bool] = ContextVar("hud_refreshing", default=False)  # in figures_refresh: skip cache reads
 
 
 def summary_compute(days: int, event: str, spark_since: datetime | None, now: datetime) -> Summary:
-    """``Store.summary`` at one ``now``: with days=7 the window and the L3 bar's week are then one window."""
-    return store().summary(event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now))
+    """``pages.summary`` at one ``now``: with days=7 the window and the L3 bar's week are then one window."""
+    return pages.summary(
+        store(), event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now)
+    )
 
 
 def cached(name: str, *key, now: datetime | None = None):
@@ -494,17 +194,15 @@ def since(days: int, now: datetime | None = None) -> datetime:
     return now_or(now) - timedelta(days=days)
 
 
-def zombie_before(now: datetime | None = None) -> datetime:
-    """Dispatches created before this and never called back are lost."""
-    return now_or(now) - timedelta(hours=settings.ZOMBIE_TIMEOUT_HOURS)
-
-
 # --- the public functions ------------------------------------------------------------------------
 
 
 def backends() -> list[BackendInfo]:
     """Enabled allowlisted backends, by repo name."""
-    return store().backends()
+    return [
+        BackendInfo(b.id, b.repo, b.level, b.device, tuple(b.oncalls), tuple(b.events), b.enabled)
+        for b in Backend.objects.filter(enabled=True).order_by("repo")
+    ]
 
 
 def backend(repo: str) -> BackendInfo | None:
@@ -545,7 +243,7 @@ def day_start(days: int, now: datetime | None = None) -> datetime:
 
 
 def every_day(found: dict[int, list[DayRate]], days: int, now: datetime | None = None) -> dict[int, list[DayRate]]:
-    """``Store.daily`` figures with the days without runs filled in (see daily_pass_rates)."""
+    """``pages.daily`` figures with the days without runs filled in (see daily_pass_rates)."""
     span = day_span(days, now)
     result = {}
     for backend_id, points in found.items():
@@ -610,16 +308,16 @@ def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
     every = backends()
     found = summary(days=days, event=event, now=now)
     stats, spark = found.stats, every_day(found.daily, SPARK_DAYS, now)
-    shown = [b for b in every if b.level in LEVELS_SHOWN]
+    shown = [b for b in every if b.level in levels.shown_on_hud()]
     judged = judge_all({b.id: b.level for b in shown}, found.weekly, found.pr_run_p90)
-    sections: dict[str, list[HealthRow]] = {level: [] for level in LEVELS_SHOWN}
+    sections: dict[str, list[HealthRow]] = {level: [] for level in levels.shown_on_hud()}
     for b in shown:
         row_stats = stats.get(b.id, BackendStats())
         points = spark.get(b.id) or empty_days(SPARK_DAYS, now)
         sections[b.level].append(HealthRow(b, row_stats, points, judged[b.id]))
     for rows in sections.values():
         rows.sort(key=_worst_first)
-    listed = [b for b in every if b.level not in LEVELS_SHOWN]
+    listed = [b for b in every if b.level not in levels.shown_on_hud()]
     return Overview(days, event, sections, listed, relay_health(days=days, now=now))
 
 
@@ -637,31 +335,29 @@ def backend_matrix(
     rows with a test or infrastructure failure (lost dispatches included). Columns are "workflow / job",
     sorted by workflow, then job name with numbers in numeric order.
     """
-    rows, has_next = store().matrix(
-        backend_id=backend_id, since=since(days, now), event=event, failing_only=failing_only, page=page
+    return pages.matrix(
+        store(), backend_id=backend_id, since=since(days, now), event=event, failing_only=failing_only, page=page
     )
-    columns = sorted({c for r in rows for c in r.cells}, key=natural_key)
-    return Matrix(columns, rows, page, has_next)
 
 
 def pull_request(number: int) -> PrDetail | None:
     """One upstream PR: a group per L2+ backend (current level) that was dispatched or reported; None if unknown."""
-    return store().pr_detail(number=number, backends=[b for b in backends() if b.level in LEVELS_SHOWN])
+    return pages.pull_request(store(), number=number, backends=shown_backends())
 
 
 def job_detail(*, backend_id: int, job_id: int) -> JobDetail | None:
     """One job attempt of a backend with every attempt of the same job; None if it is not that backend's."""
-    return store().job_detail(backend_id=backend_id, job_id=job_id)
+    return pages.job_detail(store(), backend_id=backend_id, job_id=job_id)
 
 
 def metrics(*, days: int, event: str, now: datetime | None = None) -> list[MetricsSeries]:
     """Daily pass rate per L2+ backend (L4 first, then by repo); days without runs are gaps."""
     daily = daily_pass_rates(days=days, event=event, now=now)
-    shown = [b for b in backends() if b.level in LEVELS_SHOWN]
-    shown.sort(key=lambda b: (LEVELS_SHOWN.index(b.level), b.repo.lower()))
-    return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in shown]
+    return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in shown_backends()]
 
 
-def natural_key(text: str) -> tuple:
-    """Sort "shard-10" after "shard-2"."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in re.split(r"(\d+)", text))
+def shown_backends() -> list[BackendInfo]:
+    """The backends the HUD shows (L2 up): highest level first, then by repo."""
+    order = levels.shown_on_hud()
+    shown = [b for b in backends() if b.level in order]
+    return sorted(shown, key=lambda b: (order.index(b.level), b.repo.lower()))

@@ -1,6 +1,6 @@
 """django-q2 tasks of the HUD: thin, argument-free or id-taking, and safe to run twice."""
 
-from hud import clickhouse, params, queries
+from hud import clickhouse, clickhouse_replication, params, queries
 
 
 def clickhouse_replicate() -> int:
@@ -11,7 +11,7 @@ def clickhouse_replicate() -> int:
     """
     if not clickhouse.is_configured():
         return 0
-    return clickhouse.replicate()
+    return clickhouse_replication.replicate()
 
 
 def figures_refresh() -> None:

@@ -21,7 +21,7 @@ import pytest
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud import clickhouse, queries
+from hud import clickhouse, clickhouse_replication, queries
 from ootci.models import JobResult
 from tests.bench.bench_hud import add_dispatches
 from tests.bench.data import seed_job_results
@@ -78,13 +78,13 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
 
     settings.CLICKHOUSE_URL = url
     began = time.perf_counter()
-    sent = clickhouse.replicate()
+    sent = clickhouse_replication.replicate()
     took = time.perf_counter() - began
     assert sent == seeded.job_results
     print(f"replication: {sent:,} rows in {took:.1f} s = {sent / took:,.0f} rows/s")
     parts = clickhouse.select(f"SELECT count() AS n FROM system.parts WHERE table = '{clickhouse.TABLE}' AND active")
     began = time.perf_counter()
-    clickhouse.optimize()
+    clickhouse_replication.optimize()
     print(f"OPTIMIZE FINAL: {parts[0]['n']} parts merged in {time.perf_counter() - began:.1f} s")
 
     now = timezone.now()

@@ -48,18 +48,18 @@ def add_dispatches(count: int) -> None:
         db.execute(
             """
             INSERT INTO ootci_delivery (delivery_id, event, action, upstream_repo, head_sha, ref, payload,
-                                        received_at, archive_key, pull_request_id)
+                                        received_at, archive_key, pull_request_id, pending)
             SELECT 'bench-' || g, 'pull_request', 'synchronize', 'pytorch/pytorch', md5(g::text), '', '{}'::jsonb,
-                   now() - make_interval(secs => random() * 30 * 86400), '', NULL
+                   now() - make_interval(secs => random() * 30 * 86400), '', NULL, false
             FROM generate_series(1, %(n)s) AS g""",
             {"n": count},
         )
         db.execute(
             """
             INSERT INTO ootci_dispatch (delivery_id, backend_id, status, attempts, last_error, payload_trimmed,
-                                        check_run_wanted, created_at, sent_at, updated_at)
+                                        created_at, sent_at, updated_at)
             SELECT d.id, (SELECT id FROM ootci_backend ORDER BY id OFFSET (d.id %% 10) LIMIT 1),
-                   'sent', 1, '', false, false, d.received_at, d.received_at, now()
+                   'sent', 1, '', false, d.received_at, d.received_at, now()
             FROM ootci_delivery d WHERE d.delivery_id LIKE 'bench-%%'""",
             {},
         )

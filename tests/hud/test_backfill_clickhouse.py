@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from hud import clickhouse
+from hud import clickhouse, clickhouse_replication
 from ootci.models import JobResult
 
 
@@ -78,7 +78,7 @@ def test_backfill_resumes_where_an_interrupted_run_stopped(chdb, old_jobs):
         raise KeyboardInterrupt  # the operator's Ctrl-C, after the first batch was accepted
 
     with pytest.raises(KeyboardInterrupt):
-        clickhouse.replicate(batch_size=2, on_batch=interrupt)
+        clickhouse_replication.replicate(batch_size=2, on_batch=interrupt)
     assert ids() == [old_jobs[0].pk, old_jobs[1].pk]
 
     out, err = backfill("--batch-size", "2")
@@ -108,3 +108,21 @@ def test_backfill_says_clearly_when_clickhouse_is_not_set_or_down(settings, old_
         backfill()
     assert "secret" not in str(failure.value)
     assert "run the command again" in str(failure.value)
+
+
+def test_a_table_an_older_version_created_is_refused_until_a_restart_backfill_creates_it_again(chdb, old_jobs):
+    # Older versions computed the outcome in ClickHouse: their table has no outcome column to copy into.
+    older = "\n".join(line for line in clickhouse.SCHEMA[0].splitlines() if not line.strip().startswith("outcome "))
+    with clickhouse.client() as ch:
+        ch.command(older)
+        ch.insert(clickhouse.TABLE, [[old_jobs[0].pk, old_jobs[0].backend_id]], column_names=["id", "backend_id"])
+    with pytest.raises(CommandError, match="backfill_clickhouse --restart"):
+        call_command("clickhouse_schema", stdout=StringIO())
+
+    out, err = backfill("--restart")
+
+    assert "Dropped oot_workflow_job" in err
+    assert ids() == [j.pk for j in old_jobs]
+    copied = clickhouse.select(f"SELECT id, outcome, job_sha FROM {clickhouse.TABLE} FINAL ORDER BY id")
+    assert copied == [{"id": j.pk, "outcome": j.outcome, "job_sha": j.job_sha} for j in old_jobs]
+    call_command("clickhouse_schema", stdout=StringIO())  # and the schema command is content again

@@ -8,14 +8,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
-from django_q.models import Schedule, Task
+from django_q import signing
+from django_q.brokers import get_broker
+from django_q.conf import Conf
+from django_q.models import Schedule
 
-from hud import clickhouse, tasks
+from hud import clickhouse, clickhouse_replication, tasks
 from hud.models import ReplicationCursor
 from ootci import replication
 from ootci.models import JobResult
 
-FIELDS = [c for c in clickhouse.COLUMNS if not c.startswith("backend_") or c == "backend_id"]
+FIELDS = [c for c in clickhouse_replication.COLUMNS if not c.startswith("backend_") or c == "backend_id"]
 
 
 @pytest.fixture
@@ -52,7 +55,7 @@ def make_job(make_backend):
 
 
 def stored() -> list[dict]:
-    return clickhouse.select(f"SELECT *, finished_at FROM {clickhouse.TABLE} FINAL ORDER BY id")
+    return clickhouse.select(f"SELECT * FROM {clickhouse.TABLE} FINAL ORDER BY id")
 
 
 def as_row(job: JobResult) -> dict:
@@ -68,7 +71,7 @@ def as_row(job: JobResult) -> dict:
 
 
 def cursor() -> ReplicationCursor:
-    return ReplicationCursor.objects.get(name=clickhouse.CURSOR_NAME)
+    return ReplicationCursor.objects.get(name=clickhouse_replication.CURSOR_NAME)
 
 
 def age(*jobs: JobResult, by: timedelta) -> None:
@@ -103,7 +106,7 @@ def test_it_copies_every_row_with_every_value(chdb, make_job):
     expected = [as_row(full), as_row(bare)]
     for row, want in zip(rows, expected, strict=True):
         assert {k: row[k] for k in want} == want
-        assert row["version"] == clickhouse._micros(want["updated_at"])
+        assert row["version"] == clickhouse_replication._micros(want["updated_at"])
         assert row["is_deleted"] == 0
     assert rows[1]["finished_at"] == expected[1]["created_at"]  # neither started nor completed
     assert cursor().last_id == bare.pk
@@ -194,45 +197,30 @@ def test_pruning_a_deleted_newest_attempt_makes_the_one_before_latest(chdb, make
     tasks.clickhouse_replicate()
 
     second.delete()
-    assert clickhouse.prune_deleted() == 1
+    assert clickhouse_replication.prune_deleted() == 1
 
     assert newer_finished(first) == [None]
 
 
 def insert_as_a_run_does(ch) -> None:
     """Every JobResult, inserted as replicate() inserts a batch, before it computes newer_finished_at."""
-    ch.insert(clickhouse.TABLE, clickhouse._read_batch(after=None, limit=100), column_names=clickhouse.INSERT_COLUMNS)
+    ch.insert(
+        clickhouse.TABLE,
+        clickhouse_replication._read_batch(after=None, limit=100),
+        column_names=clickhouse_replication.INSERT_COLUMNS,
+    )
 
 
 def test_rows_a_stopped_run_left_without_their_value_get_it_from_the_next_run(chdb, make_job):
     first, second = attempts(make_job, 2)
-    clickhouse.ensure_schema()
+    clickhouse_replication.ensure_schema()
     with clickhouse.client() as ch:
         insert_as_a_run_does(ch)
-    clickhouse.reset_cursor()  # the run did not advance
+    clickhouse_replication.reset_cursor()  # the run did not advance
 
     tasks.clickhouse_replicate()
 
     assert newer_finished(first, second) == [second.completed_at, None]
-
-
-def test_a_table_from_before_the_derived_columns_gets_them_and_their_values(chdb, make_job):
-    first, second = attempts(make_job, 2)
-    older = clickhouse.SCHEMA[0].replace(", ".join(clickhouse.DERIVED_COLUMNS) + ",", "")
-    older = older.replace(f",\n        INDEX {clickhouse.JOB_SHA_INDEX}", "")
-    assert "newer_finished_at" not in older and "job_sha" not in older
-    with clickhouse.client() as ch:
-        ch.command(older)
-        insert_as_a_run_does(ch)
-
-    clickhouse.ensure_schema()
-    clickhouse.ensure_schema()
-
-    assert newer_finished(first, second) == [second.completed_at, None]
-    ddl = clickhouse.select(f"SHOW CREATE TABLE {clickhouse.TABLE}")[0]["statement"]
-    assert "outcome_code" in ddl and "job_sha_bloom" in ddl
-    codes = clickhouse.select(f"SELECT outcome_code, job_sha FROM {clickhouse.TABLE} FINAL")
-    assert codes == [{"outcome_code": 1, "job_sha": "a" * 40}] * 2
 
 
 def test_it_loses_nothing_while_clickhouse_is_down(chdb, make_job, settings):
@@ -276,11 +264,11 @@ def test_a_run_returns_at_once_while_another_holds_the_lock(chdb, make_job):
     other = connection.copy()
     try:
         with other.cursor() as db:
-            db.execute("SELECT pg_advisory_lock(%s)", [clickhouse._LOCK_KEY])
+            db.execute("SELECT pg_advisory_lock(%s)", [clickhouse_replication._LOCK_KEY])
         assert tasks.clickhouse_replicate() == 0
         assert not ReplicationCursor.objects.filter(last_id__gt=0).exists()
         with other.cursor() as db:  # before closing: the server may release a closed session's locks a little later
-            db.execute("SELECT pg_advisory_unlock(%s)", [clickhouse._LOCK_KEY])
+            db.execute("SELECT pg_advisory_unlock(%s)", [clickhouse_replication._LOCK_KEY])
     finally:
         other.close()
     assert tasks.clickhouse_replicate() == 1
@@ -303,17 +291,24 @@ def test_the_chdb_directory_is_free_after_a_unit_of_work(chdb, make_job):
 
 
 def test_writes_enqueue_one_replication_when_their_transaction_commits(
-    chdb, make_job, django_capture_on_commit_callbacks
+    chdb, make_job, django_capture_on_commit_callbacks, monkeypatch
 ):
+    monkeypatch.setattr(Conf, "SYNC", False)  # queued, as in production, not run at once as the tests' Q_SYNC does
+    broker = get_broker()
+    broker.purge_queue()
     replication.replication_started()  # no flag left over from another test
-    with django_capture_on_commit_callbacks(execute=True) as callbacks, transaction.atomic():
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         jobs = [make_job() for _ in range(3)]
         for _ in jobs:
             replication.job_results_changed()
-        assert stored_ids_or_none() is None  # nothing before commit
+        assert broker.queue_size() == 0  # nothing before commit
 
-    assert len(callbacks) == 1
-    assert Task.objects.filter(func="hud.tasks.clickhouse_replicate").count() == 1
+    assert broker.queue_size() == 1  # three writes, one task
+    queued = broker.dequeue()
+    assert [signing.SignedPackage.loads(task)["func"] for _, task in queued] == ["hud.tasks.clickhouse_replicate"]
+    for ack_id, _ in queued:
+        broker.acknowledge(ack_id)
+    tasks.clickhouse_replicate()  # what the worker runs
     assert [r["id"] for r in stored()] == [j.pk for j in jobs]
 
 

@@ -1,8 +1,9 @@
 """Copy every JobResult to ClickHouse, resumably: it shares the replication cursor with the task.
 
 A killed run continues where the last accepted batch ended; `--restart` copies everything again
-(copies collapse in ReplacingMergeTree). At the end, rows deleted in PostgreSQL are marked deleted and the table is
-merged (`OPTIMIZE … FINAL`), so that queries start on one part per month.
+(copies collapse in ReplacingMergeTree; a table that an older version created is dropped and created again first).
+At the end, rows deleted in PostgreSQL are marked deleted and the table is merged (`OPTIMIZE … FINAL`), so that
+queries start on one part per month.
 """
 
 import time
@@ -10,7 +11,7 @@ import time
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from hud import clickhouse
+from hud import clickhouse, clickhouse_replication
 
 
 class Progress:
@@ -41,7 +42,7 @@ class Command(BaseCommand):
     help = "Copy job results to ClickHouse from the replication cursor (resumable), with progress on stderr."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--batch-size", type=int, default=clickhouse.BATCH_SIZE, help="Rows per insert")
+        parser.add_argument("--batch-size", type=int, default=clickhouse_replication.BATCH_SIZE, help="Rows per insert")
         parser.add_argument("--restart", action="store_true", help="Start again from the first row")
 
     def handle(self, *args, batch_size: int, restart: bool, **options) -> None:
@@ -49,15 +50,17 @@ class Command(BaseCommand):
             raise CommandError("CLICKHOUSE_URL is not set: there is no ClickHouse to copy to.")
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1.")
-        if restart:
-            clickhouse.reset_cursor()
-        progress = Progress(self.stderr, total=clickhouse.pending_rows())
-        start = "from the first row" if restart else "from the replication cursor"
-        self.stderr.write(f"Copying {progress.total:,} job results to ClickHouse, {start}")
         try:
-            sent = clickhouse.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
-            pruned = clickhouse.prune_deleted()
-            clickhouse.optimize()
+            if restart:
+                if clickhouse.drop_if_outdated():
+                    self.stderr.write(f"Dropped {clickhouse.TABLE}, created by an older version; creating it again.")
+                clickhouse_replication.reset_cursor()
+            progress = Progress(self.stderr, total=clickhouse_replication.pending_rows())
+            start = "from the first row" if restart else "from the replication cursor"
+            self.stderr.write(f"Copying {progress.total:,} job results to ClickHouse, {start}")
+            sent = clickhouse_replication.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
+            pruned = clickhouse_replication.prune_deleted()
+            clickhouse_replication.optimize()
         except ImproperlyConfigured as ex:
             raise CommandError(str(ex)) from ex
         except clickhouse.ClickHouseError as ex:

@@ -1,10 +1,11 @@
-"""Create the ClickHouse database and table for the HUD when missing (safe to run again)."""
+"""Create the ClickHouse database and table for the HUD when missing (safe to run again); a table an older version
+created is refused with what to run (`backfill_clickhouse --restart`)."""
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from hud import clickhouse
+from hud import clickhouse, clickhouse_replication
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
         if not clickhouse.is_configured():
             raise CommandError("CLICKHOUSE_URL is not set: nothing to create.")
         try:
-            clickhouse.ensure_schema()
+            clickhouse_replication.ensure_schema()
         except (clickhouse.ClickHouseError, ImproperlyConfigured) as ex:
             raise CommandError(str(ex)) from ex
         where = settings.CLICKHOUSE_URL.rpartition("@")[2]

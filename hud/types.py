@@ -1,0 +1,257 @@
+"""The HUD's figures as plain data (no model instances): what the stores, page assembly, pages and API share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+
+def rate(part: int, whole: int) -> float | None:
+    """``part`` in percent of ``whole``, one decimal; None (shown as "no data", never 0 %) when ``whole`` is 0."""
+    return round(100.0 * part / whole, 1) if whole else None
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    id: int
+    repo: str
+    level: str
+    device: str
+    oncalls: tuple[str, ...]
+    events: tuple[str, ...]
+    enabled: bool
+
+    @property
+    def org(self) -> str:
+        return self.repo.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Latest-attempt outcomes in a window; ``lost`` dispatches are already inside ``infra_failures``."""
+
+    successes: int = 0
+    test_failures: int = 0
+    infra_failures: int = 0
+    lost: int = 0
+    running: int = 0
+    skipped: int = 0
+    timed_out: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.successes + self.test_failures + self.infra_failures
+
+    @property
+    def pass_rate(self) -> float | None:
+        return rate(self.successes, self.total)
+
+    @property
+    def timeout_rate(self) -> float | None:
+        return rate(self.timed_out, self.total)
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """One backend's figures over a window (``counts`` include its lost dispatches)."""
+
+    counts: Counts = field(default_factory=Counts)
+    prs: int = 0
+    queue_median: float | None = None
+    queue_p90: float | None = None
+    queue_avg: float | None = None
+    duration_median: float | None = None
+    duration_avg: float | None = None
+    last_run: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DayRate:
+    day: date
+    successes: int
+    total: int
+
+    @property
+    def pass_rate(self) -> float | None:
+        return rate(self.successes, self.total)
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """A backend against the RFC-0050 L3 bar, over the last 7 days of pull_request jobs."""
+
+    success_rate: float | None
+    queue_p90: float | None
+    pr_run_p90: float | None
+    meets_success: bool
+    meets_queue: bool
+    meets_run_time: bool
+    verdict: str  # "meets-l3" | "below-level" | "not-yet" | "no-data"
+
+    @property
+    def meets_l3(self) -> bool:
+        return self.meets_success and self.meets_queue and self.meets_run_time
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The job-result figures of the overview, which a store computes from one latest-attempt selection."""
+
+    stats: dict[int, BackendStats]  # the window and event asked for
+    daily: dict[int, list[DayRate]]  # the sparkline window (days with runs only, as pages.daily)
+    weekly: dict[int, BackendStats]  # pull_request, the last 7 days: the L3 bar
+    pr_run_p90: dict[int, float]  # pull_request, the last 7 days
+
+
+@dataclass(frozen=True)
+class RelayHealth:
+    deliveries: int
+    dispatches_sent: int
+    dispatches_failed: int
+    dispatches_pending: int
+    dispatches_lost: int
+    callback_rejections: int
+
+
+@dataclass(frozen=True)
+class HealthRow:
+    backend: BackendInfo
+    stats: BackendStats
+    spark: list[DayRate]
+    eligibility: Eligibility
+
+
+@dataclass(frozen=True)
+class Overview:
+    days: int
+    event: str
+    sections: dict[str, list[HealthRow]]  # L4, L3, L2, worst first
+    listed: list[BackendInfo]  # L1: listed only
+    relay: RelayHealth
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job attempt as the pages show it."""
+
+    id: int
+    backend_id: int
+    event_type: str
+    pr_number: int | None
+    head_sha: str
+    delivery_id: str
+    workflow_name: str
+    job_name: str
+    run_id: str
+    run_attempt: int
+    check_run_id: str
+    status: str
+    conclusion: str
+    outcome: str  # success | test | infra | running | skipped
+    started_at: datetime | None
+    completed_at: datetime | None
+    created_at: datetime
+    finished_at: datetime
+    queue_time: float | None
+    execution_time: float | None
+    passed: int | None
+    failed: int | None
+    skipped: int | None
+    failed_tests: tuple[str, ...]
+    run_url: str
+    artifact_url: str
+    level: str
+    upstream_check_run_id: int | None
+    one_shot: bool
+    relay_decided: bool
+    source: str
+    upstream_repo: str
+
+    @property
+    def column(self) -> str:
+        return f"{self.workflow_name} / {self.job_name}"
+
+    @property
+    def job_url(self) -> str:
+        """The downstream job log when we know it, else the run."""
+        if self.run_url and self.check_run_id.isdigit():
+            return f"{self.run_url.rstrip('/')}/job/{self.check_run_id}"
+        return self.run_url
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    pr_number: int | None
+    sha: str
+    title: str
+    author: str
+    at: datetime
+    lost: int  # dispatches of this SHA that never called back
+    cells: dict[str, Job]  # column → latest attempt
+
+
+@dataclass(frozen=True)
+class Matrix:
+    columns: list[str]
+    rows: list[MatrixRow]
+    page: int
+    has_next: bool
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A dispatch of the PR's head SHA with no report yet: waiting, lost or failed to send."""
+
+    state: str  # waiting | lost | failed
+    since: datetime
+
+
+@dataclass(frozen=True)
+class PrGroup:
+    backend: BackendInfo
+    jobs: list[Job]  # latest attempts on the head SHA, failures first
+    earlier: list[Job]  # older attempts and earlier SHAs, newest first
+    waiting: Waiting | None
+
+
+@dataclass(frozen=True)
+class PrDetail:
+    number: int
+    upstream_repo: str
+    title: str
+    author: str
+    labels: tuple[str, ...]
+    state: str
+    head_sha: str
+    html_url: str
+    groups: list[PrGroup]
+
+    @property
+    def summary(self) -> dict[str, int]:
+        jobs = [j for g in self.groups for j in g.jobs]
+        return {
+            "jobs": len(jobs),
+            "passed": sum(j.outcome == "success" for j in jobs),
+            "failed": sum(j.outcome in ("test", "infra") for j in jobs),
+            "running": sum(j.outcome == "running" for j in jobs),
+            "skipped": sum(j.outcome == "skipped" for j in jobs),
+            "waiting": sum(g.waiting is not None and g.waiting.state == "waiting" for g in self.groups),
+            "lost": sum(g.waiting is not None and g.waiting.state != "waiting" for g in self.groups),
+        }
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job: Job
+    attempts: list[Job]  # every attempt of this job, newest first
+    pr_title: str
+
+
+@dataclass(frozen=True)
+class MetricsSeries:
+    backend: BackendInfo
+    days: list[DayRate]  # every day of the window, oldest first; total 0 means no runs (a gap)
