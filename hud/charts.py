@@ -7,7 +7,7 @@ from django.conf import settings
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from hud.queries import DayRate, MetricsSeries
+from hud.types import DayRate, MetricsSeries
 
 # Line colours with at least 3:1 contrast against the page (WCAG 1.4.11 for graphics), light and dark.
 PALETTE = ["#1f77b4", "#d62728", "#2a8a2a", "#9467bd", "#c2560a", "#0f7f8c", "#8c564b", "#b0448f", "#6b6b6b", "#7a7a00"]

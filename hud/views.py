@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 
 from hud import params, queries
-from hud.queries import BackendInfo, BackendStats, Matrix, PrGroup
+from hud.types import BackendInfo, BackendStats, Matrix, PrGroup
 from ootci import allowlist
 
 FRAGMENT_HEADER = "X-HUD-Fragment"
