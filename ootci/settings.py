@@ -184,6 +184,8 @@ OIDC_JWKS_REFRESH_COOLDOWN_SECONDS = env.float("OIDC_JWKS_REFRESH_COOLDOWN_SECON
 
 CLICKHOUSE_URL = env.str("CLICKHOUSE_URL", default="")
 ARCHIVE_URL = env.str("ARCHIVE_URL", default="")
+# The intermediate store of raw test reports and job logs (relay.archive): s3://bucket/prefix or file:///path.
+TEST_REPORTS_URL = env.str("TEST_REPORTS_URL", default="") or (BASE_DIR / "var" / "test-reports").as_uri()
 AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 

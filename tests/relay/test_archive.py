@@ -1,5 +1,6 @@
 """Raw webhook archive: S3 (a moto server over HTTP) or a directory, written by a task after the commit."""
 
+import io
 from datetime import UTC, datetime
 
 import boto3
@@ -70,7 +71,33 @@ def test_nothing_is_archived_for_a_rejected_or_ignored_delivery(tmp_path, settin
 
 
 def test_a_delivery_id_cannot_escape_the_archive():
-    key = archive.archive_key(
-        received_at=datetime(2026, 1, 2, tzinfo=UTC), delivery_id="../../etc/passwd", prefix="/p/"
-    )
-    assert key == "p/2026/01/02/.._.._etc_passwd.json"
+    key = archive.archive_key(received_at=datetime(2026, 1, 2, tzinfo=UTC), delivery_id="../../etc/passwd")
+    assert key == "2026/01/02/_.._etc_passwd.json"
+    with pytest.raises(archive.ArchiveError):
+        archive.Blobs("file:///tmp/x", setting="TEST_REPORTS_URL").put("a/../../b", b"")
+
+
+@pytest.mark.parametrize("where", ["s3", "file"])
+def test_the_intermediate_store_keeps_streams_and_lists_them_for_retention(where, s3, settings, tmp_path):
+    if where == "s3":
+        s3.create_bucket(Bucket="reports")
+        settings.TEST_REPORTS_URL = "s3://reports/raw"
+    else:
+        settings.TEST_REPORTS_URL = tmp_path.as_uri()
+    store = archive.test_reports()
+    big = io.BytesIO(b"x" * (3 * archive.CHUNK + 5))
+    url = store.put("npu/123/1/abc.xml", big)
+    store.put("npu/124/1/def.zip", b"zip")
+    assert url.endswith("npu/123/1/abc.xml")
+    with store.open("npu/123/1/abc.xml") as stream:
+        assert len(stream.read()) == 3 * archive.CHUNK + 5
+    assert [key for key, _ in store.listing("npu/")] == ["npu/123/1/abc.xml", "npu/124/1/def.zip"]
+    assert all(modified.tzinfo is not None for _, modified in store.listing())
+    store.delete("npu/123/1/abc.xml")
+    assert [key for key, _ in store.listing()] == ["npu/124/1/def.zip"]
+
+
+def test_a_store_url_that_is_neither_s3_nor_a_folder_is_refused(settings):
+    settings.TEST_REPORTS_URL = "ftp://host/x"
+    with pytest.raises(archive.ArchiveError, match="TEST_REPORTS_URL must be s3://bucket/prefix or file:///path"):
+        archive.test_reports()

@@ -1,0 +1,36 @@
+"""The shared domain's models, one module per area; everything is importable from ``ootci.models``.
+
+- ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
+"""
+
+from ootci.models.core import (
+    REPO_PATTERN,
+    Backend,
+    CallbackRejection,
+    Delivery,
+    Dispatch,
+    DispatchQuerySet,
+    Event,
+    JobResult,
+    LevelChange,
+    PullRequest,
+    default_events,
+    lost_cutoff,
+    validate_repo,
+)
+
+__all__ = [
+    "REPO_PATTERN",
+    "Backend",
+    "CallbackRejection",
+    "Delivery",
+    "Dispatch",
+    "DispatchQuerySet",
+    "Event",
+    "JobResult",
+    "LevelChange",
+    "PullRequest",
+    "default_events",
+    "lost_cutoff",
+    "validate_repo",
+]
