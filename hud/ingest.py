@@ -7,7 +7,6 @@ in_progress report's). The endpoint is off until HUD_INGEST_TOKEN is set.
 """
 
 import hmac
-import json
 from typing import Any
 
 from django.conf import settings
@@ -17,19 +16,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ootci import checked
 from ootci.api_errors import validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Dispatch, Event, JobResult
 from ootci.replication import job_results_changed
 
 MAX_BODY_BYTES = 2 * 1024 * 1024  # exactly 2 MiB is accepted, as the reference HUD does
-MAX_COUNT = 2**31 - 1
+MAX_COUNT = checked.INTEGER_RANGES["PositiveIntegerField"][1]
 
 
 class Refused(exceptions.APIException):
     def __init__(self, status_code: int, detail: str):
-        super().__init__(detail)
+        super().__init__(checked.display_text(detail))  # a detail may quote the sender's text: keep it encodable
         self.status_code = status_code
+
+
+def _column(name: str) -> int:
+    return checked.max_length(JobResult, name)
 
 
 def _text(max_length: int | None = None) -> serializers.CharField:
@@ -55,7 +59,7 @@ class IngestApi(APIView):
                 queue_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
                 execution_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
 
-            verified_repo = serializers.CharField(max_length=140)
+            verified_repo = serializers.CharField(max_length=checked.max_length(Backend, "repo"))
             downstream_repo_level = _choice(Level.values)
             ci_metrics = MetricsSerializer(required=False, allow_null=True)
 
@@ -65,29 +69,29 @@ class IngestApi(APIView):
                     # Only what is read of the echoed upstream webhook; the rest is ignored.
                     class PullRequestSerializer(serializers.Serializer):
                         class HeadSerializer(serializers.Serializer):
-                            sha = _text(40)
+                            sha = _text(_column("head_sha"))
 
                         number = _count()
                         head = HeadSerializer(required=False, allow_null=True)
 
                     class RepositorySerializer(serializers.Serializer):
-                        full_name = _text(140)
+                        full_name = _text(_column("upstream_repo"))
 
                     pull_request = PullRequestSerializer(required=False, allow_null=True)
                     repository = RepositorySerializer(required=False, allow_null=True)
-                    head_sha = _text(40)
+                    head_sha = _text(_column("head_sha"))
 
                 class WorkflowSerializer(serializers.Serializer):
                     class TestResultsSerializer(serializers.Serializer):
                         passed, failed, skipped = _count(), _count(), _count()
 
                     status = serializers.ChoiceField(choices=JobResult.Status.values)
-                    conclusion = _text(30)
-                    name = serializers.CharField(max_length=255)
+                    conclusion = _text(_column("conclusion"))
+                    name = serializers.CharField(max_length=_column("workflow_name"))
                     url = _text()
-                    job_name = serializers.CharField(max_length=255)
-                    check_run_id = serializers.CharField(max_length=100)
-                    run_id = _text(100)
+                    job_name = serializers.CharField(max_length=_column("job_name"))
+                    check_run_id = serializers.CharField(max_length=_column("check_run_id"))
+                    run_id = _text(_column("run_id"))
                     # The reference HUD coerces: anything that is not a positive number counts as attempt 1.
                     run_attempt = serializers.JSONField(required=False, allow_null=True)
                     started_at = serializers.DateTimeField(required=False, allow_null=True)
@@ -96,7 +100,7 @@ class IngestApi(APIView):
                     artifact_url = _text()
 
                 event_type = _choice(Event.values)
-                delivery_id = serializers.CharField(max_length=100)
+                delivery_id = serializers.CharField(max_length=_column("delivery_id"))
                 payload = PayloadSerializer(required=False, allow_null=True)
                 workflow = WorkflowSerializer()
 
@@ -227,10 +231,8 @@ def _token_check(request: Request) -> None:
 
 def _json_body(request: Request) -> Any:
     try:
-        body = json.loads(request.body)
+        body = checked.json_document(request.body)
         # The reference HUD also takes the body as a JSON string holding the JSON object.
-        return json.loads(body) if isinstance(body, str) else body
-    except (ValueError, UnicodeDecodeError) as e:
-        raise Refused(400, f"The body is not valid JSON ({e}).") from e
-    except RecursionError as e:
-        raise Refused(400, "The body is JSON nested too deeply to read.") from e
+        return checked.json_document(body) if isinstance(body, str) else body
+    except checked.Unchecked as e:
+        raise Refused(e.status, e.detail) from e

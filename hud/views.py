@@ -55,9 +55,9 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
 
 
 def pr_jump(request: HttpRequest) -> HttpResponse:
-    number = request.GET.get("number", "").strip().lstrip("#")
-    if number.isdigit() and 0 < int(number) < 2**31:
-        return redirect("hud:pull-request", number=int(number))
+    number = params.number(request.GET.get("number", "").strip().lstrip("#"))
+    if number is not None and 0 < number < 2**31:
+        return redirect("hud:pull-request", number=number)
     return redirect("hud:index")
 
 

@@ -5,8 +5,6 @@ cheapest and most trusted first: size, token, allowlist, rate limit, then the bo
 JSON ``detail`` and is counted for the HUD (CallbackRejection).
 """
 
-import json
-
 from django.conf import settings
 from django.db import connection
 from rest_framework import exceptions, serializers
@@ -14,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ootci import levels
+from ootci import checked, levels
 from ootci.api_errors import validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, JobResult
@@ -22,7 +20,9 @@ from relay import oidc, ratelimit, services
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 # PositiveIntegerField columns hold at most this on PostgreSQL; larger numbers are bad input, not a crash.
-MAX_COUNT = 2**31 - 1
+MAX_COUNT = checked.INTEGER_RANGES["PositiveIntegerField"][1]
+# Failed-test names and messages are only shown: NUL characters and lone surrogates there are stripped, not refused.
+DISPLAY_ONLY = ("workflow.test_results.failed_tests",)
 # The conclusions GitHub accepts for a check run.
 CONCLUSIONS = ["success", "failure", "cancelled", "timed_out", "skipped", "neutral", "action_required", "stale"]
 STORE_RETRY_SECONDS = 5
@@ -34,7 +34,7 @@ class Refused(exceptions.APIException):
     """Any refusal: DRF renders it as ``{"detail": ...}`` with Retry-After / WWW-Authenticate when set."""
 
     def __init__(self, status_code: int, detail: str, *, wait: int | None = None, auth_header: str | None = None):
-        super().__init__(detail)
+        super().__init__(checked.display_text(detail))  # a detail may quote the sender's text: keep it encodable
         self.status_code = status_code
         self.wait = wait
         self.auth_header = auth_header
@@ -56,13 +56,20 @@ class CallbackApi(APIView):
             schema_version = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             status = serializers.ChoiceField(choices=[s.value for s in JobResult.Status])
             conclusion = serializers.ChoiceField(choices=CONCLUSIONS, required=False, allow_null=True, allow_blank=True)
-            name = serializers.CharField(max_length=255)
+            name = serializers.CharField(max_length=checked.max_length(JobResult, "workflow_name"))
             url = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             # Not always numeric: other CI systems (Buildkite) use UUIDs.
-            run_id = serializers.CharField(max_length=100)
+            run_id = serializers.CharField(max_length=checked.max_length(JobResult, "run_id"))
             run_attempt = serializers.IntegerField(min_value=1, max_value=MAX_COUNT, required=False, allow_null=True)
-            job_name = serializers.CharField(max_length=255, required=False, allow_null=True, allow_blank=True)
-            check_run_id = serializers.CharField(max_length=100, required=False, allow_null=True, allow_blank=True)
+            job_name = serializers.CharField(
+                max_length=checked.max_length(JobResult, "job_name"), required=False, allow_null=True, allow_blank=True
+            )
+            check_run_id = serializers.CharField(
+                max_length=checked.max_length(JobResult, "check_run_id"),
+                required=False,
+                allow_null=True,
+                allow_blank=True,
+            )
             # Downstream's own clock, not used for timings: the relay times transitions itself.
             started_at = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             completed_at = serializers.CharField(required=False, allow_null=True, allow_blank=True)
@@ -74,8 +81,10 @@ class CallbackApi(APIView):
                     raise serializers.ValidationError({"conclusion": "A completed callback needs a conclusion."})
                 return attrs
 
-        event_type = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
-        delivery_id = serializers.CharField(max_length=100)
+        event_type = serializers.CharField(
+            max_length=checked.max_length(JobResult, "event_type"), required=False, allow_blank=True, default=""
+        )
+        delivery_id = serializers.CharField(max_length=checked.max_length(JobResult, "delivery_id"))
         callback_token = serializers.CharField(required=False, allow_null=True, allow_blank=True)
         workflow = WorkflowSerializer()
         # The echoed upstream payload is untrusted and not read: PR and SHA come from our Delivery.
@@ -106,7 +115,9 @@ class CallbackApi(APIView):
         if request.method == "POST" and response.status_code >= 400:
             detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
             services.callback_rejection_record(
-                repo=getattr(self, "repo", ""), status_code=response.status_code, detail=str(detail)
+                repo=getattr(self, "repo", ""),
+                status_code=response.status_code,
+                detail=checked.display_text(str(detail)),  # the HUD shows it; PostgreSQL cannot store a NUL
             )
         return super().finalize_response(request, response, *args, **kwargs)
 
@@ -158,8 +169,6 @@ def _rate_limit(repo: str) -> None:
 
 def _json_body(request: Request):
     try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise Refused(400, f"The body is not valid JSON ({e}).") from e
-    except RecursionError as e:
-        raise Refused(400, "The body is JSON nested too deeply to read.") from e
+        return checked.json_document(request.body, display_only=DISPLAY_ONLY)
+    except checked.Unchecked as e:
+        raise Refused(e.status, e.detail) from e
