@@ -39,10 +39,9 @@ from time import time as wall_time
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
-from hud import clickhouse
+from hud import clickhouse, softcache
 
 logger = logging.getLogger(__name__)
 
@@ -450,7 +449,7 @@ def cached(name: str, *key, now: datetime | None = None):
     if now is not None or not seconds:
         return FIGURES[name](*key, now=now)
     answering = source()  # each store's figures under their own keys
-    entry = None if _refreshing.get() else cache.get(figure_key(answering, name, key))
+    entry = None if _refreshing.get() else softcache.get(figure_key(answering, name, key))
     if entry is not None and wall_time() - entry[0] < seconds:
         return entry[1]
     return figure_compute(name, key, answering)
@@ -465,7 +464,7 @@ def figure_compute(name: str, key: tuple, answering: str):
     """Compute a figure and cache it, unless ClickHouse failed during the computation and the database answered."""
     value = FIGURES[name](*key)
     if source() == answering:
-        cache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
+        softcache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
     return value
 
 

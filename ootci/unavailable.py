@@ -1,0 +1,36 @@
+"""PostgreSQL unreachable: answer 503 with Retry-After and a short page (JSON ``detail`` on the API and relay
+endpoints), not a bare 500. Nothing here reaches the database, so it answers while the database is down."""
+
+import logging
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 30
+JSON_PATHS = ("/api/", "/github/")
+
+
+class DatabaseUnavailableMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        # OperationalError: cannot connect, connection lost, server shutting down; InterfaceError: the connection
+        # was closed under us. Both pass when the database is back; anything else is a real error.
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        logger.error("database unavailable for %s %s: %s", request.method, request.path, exception)
+        if request.path.startswith(JSON_PATHS):
+            detail = f"The database is unavailable; retry in {RETRY_AFTER_SECONDS} seconds."
+            response = JsonResponse({"detail": detail}, status=503)
+        else:
+            html = render_to_string("503.html", {"retry_after": RETRY_AFTER_SECONDS})
+            response = HttpResponse(html, status=503)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
