@@ -53,7 +53,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "hud.middleware.unit_of_work",
-    "ootci.unavailable.DatabaseUnavailableMiddleware",
+    "ootci.errors.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "ootci.urls"

@@ -8,3 +8,5 @@ urlpatterns = [
     path("", include("relay.urls")),
     path("", include("hud.urls")),
 ]
+
+handler404 = "ootci.errors.not_found"  # JSON under /api/ and /github/

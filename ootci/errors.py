@@ -1,11 +1,17 @@
-"""PostgreSQL unreachable: answer 503 with Retry-After and a short page (JSON ``detail`` on the API and relay
-endpoints), not a bare 500. Nothing here reaches the database, so it answers while the database is down."""
+"""Error answers that Django would otherwise give as its own HTML: JSON with a ``detail`` under the API and relay
+paths, a short page elsewhere.
+
+- PostgreSQL unreachable: 503 with Retry-After, not a bare 500. Nothing here reaches the database, so it answers
+  while the database is down.
+- A URL that matches no route (handler404): under /api/ and /github/ a JSON 404, as the API's own 404s are.
+"""
 
 import logging
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.views import defaults
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +40,9 @@ class DatabaseUnavailableMiddleware:
             response = HttpResponse(html, status=503)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if request.path.startswith(JSON_PATHS):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)
