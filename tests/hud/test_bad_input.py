@@ -90,3 +90,18 @@ def test_an_ingest_body_with_nan_deep_nesting_or_nul_is_refused(client, ingest_o
     assert response.status_code == 400
     assert detail in response.json()["detail"]
     assert not JobResult.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["/api/oot/a/b/c/d/", "/api/nothing", "/github/nothing"])
+def test_an_unknown_api_or_relay_url_is_a_json_404(client, url):
+    response = client.get(url)
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+def test_an_unknown_page_is_an_html_404(client):
+    response = client.get("/oot/a/b/c/d/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
