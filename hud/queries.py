@@ -37,10 +37,9 @@ from time import time as wall_time
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
-from hud import clickhouse, pages
+from hud import clickhouse, pages, softcache
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -150,7 +149,7 @@ def cached(name: str, *key, now: datetime | None = None):
     if now is not None or not seconds:
         return FIGURES[name](*key, now=now)
     answering = source()  # each store's figures under their own keys
-    entry = None if _refreshing.get() else cache.get(figure_key(answering, name, key))
+    entry = None if _refreshing.get() else softcache.get(figure_key(answering, name, key))
     if entry is not None and wall_time() - entry[0] < seconds:
         return entry[1]
     return figure_compute(name, key, answering)
@@ -165,7 +164,7 @@ def figure_compute(name: str, key: tuple, answering: str):
     """Compute a figure and cache it, unless ClickHouse failed during the computation and the database answered."""
     value = FIGURES[name](*key)
     if source() == answering:
-        cache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
+        softcache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
     return value
 
 

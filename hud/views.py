@@ -14,7 +14,7 @@ from django.utils.cache import patch_vary_headers
 
 from hud import params, queries
 from hud.types import BackendInfo, BackendStats, Matrix, PrGroup
-from ootci import allowlist
+from ootci import allowlist, errors
 
 FRAGMENT_HEADER = "X-HUD-Fragment"
 FAILING = ("test", "infra")
@@ -101,9 +101,9 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
 
 
 def pr_jump(request: HttpRequest) -> HttpResponse:
-    number = request.GET.get("number", "").strip().lstrip("#")
-    if number.isdigit() and 0 < int(number) < 2**31:
-        return redirect("hud:pull-request", number=int(number))
+    number = params.number(request.GET.get("number", "").strip().lstrip("#"))
+    if number is not None and 0 < number < 2**31:
+        return redirect("hud:pull-request", number=number)
     return redirect("hud:index")
 
 
@@ -137,6 +137,9 @@ def api_docs(request: HttpRequest) -> HttpResponse:
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """The 404 page in the HUD's layout: what was not found, and where to go instead."""
+    """The 404 page in the HUD's layout: what was not found, and where to go instead (JSON under /api/ and /github/,
+    as the API's own 404s are)."""
+    if request.path.startswith(errors.JSON_PATHS):
+        return errors.not_found(request, exception)
     message = exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
     return render(request, "hud/404.html", {"message": message, "path": request.path}, status=404)

@@ -59,6 +59,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "hud.middleware.unit_of_work",
+    "ootci.errors.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "ootci.urls"
@@ -94,8 +95,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="")
+# Connect and read timeouts of every Redis client (cache, broker; the rate limiter uses less): a Redis that is down
+# or hanging costs a request at most this, never GitHub's 10 s webhook timeout.
+REDIS_TIMEOUT_SECONDS = 1.0
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": REDIS_TIMEOUT_SECONDS, "socket_timeout": REDIS_TIMEOUT_SECONDS},
+        }
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "ootci_cache"}}
 
@@ -112,6 +122,7 @@ Q_CLUSTER = {
 }
 if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
+    Q_CLUSTER["broker_class"] = "ootci.broker.RedisBroker"  # django-q2's, with the short timeouts above
 else:
     Q_CLUSTER["orm"] = "default"
     Q_CLUSTER["poll"] = 0.2

@@ -9,7 +9,6 @@ refused callback is counted for the HUD (CallbackRejection).
 """
 
 import hmac
-import json
 from typing import Any
 
 from django.conf import settings
@@ -27,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ootci import levels
+from ootci import checked, levels
 from ootci.api_errors import RefusalSerializer, validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Event, JobResult
@@ -36,7 +35,9 @@ from relay import callbacks, oidc, ratelimit
 CALLBACK_MAX_BYTES = 2 * 1024 * 1024
 INGEST_MAX_BYTES = 2 * 1024 * 1024  # exactly 2 MiB is accepted, as the reference HUD does
 # PositiveIntegerField columns hold at most this on PostgreSQL; larger numbers are bad input, not a crash.
-MAX_COUNT = 2**31 - 1
+MAX_COUNT = checked.INTEGER_RANGES["PositiveIntegerField"][1]
+# Failed-test names and messages are only shown: NUL characters and lone surrogates there are stripped, not refused.
+DISPLAY_ONLY = ("workflow.test_results.failed_tests",)
 # The conclusions GitHub accepts for a check run.
 CONCLUSIONS = ["success", "failure", "cancelled", "timed_out", "skipped", "neutral", "action_required", "stale"]
 STORE_RETRY_SECONDS = 5
@@ -48,7 +49,7 @@ class Refused(exceptions.APIException):
     """Any refusal: DRF renders it as ``{"detail": ...}`` with Retry-After / WWW-Authenticate when set."""
 
     def __init__(self, status_code: int, detail: str, *, wait: int | None = None, auth_header: str | None = None):
-        super().__init__(detail)
+        super().__init__(checked.display_text(detail))  # a detail may quote the sender's text: keep it encodable
         self.status_code = status_code
         self.wait = wait
         self.auth_header = auth_header
@@ -63,14 +64,13 @@ def body_size_check(request: Request, *, limit: int, too_large: str) -> None:
         raise Refused(413, too_large.format(length=int(length), limit=limit))
 
 
-def body_json(request: Request) -> Any:
-    """The parsed JSON body, or a 400 that says why it cannot be read."""
+def body_json(request: Request, *, display_only: tuple[str, ...] = ()) -> Any:
+    """The parsed and checked JSON body (``ootci.checked.json_document``: no NaN, no deep nesting, no text PostgreSQL
+    cannot store except in the ``display_only`` fields, where it is stripped), or a 400 that says why."""
     try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise Refused(400, f"The body is not valid JSON ({e}).") from e
-    except RecursionError as e:
-        raise Refused(400, "The body is JSON nested too deeply to read.") from e
+        return checked.json_document(request.body, display_only=display_only)
+    except checked.Unchecked as e:
+        raise Refused(e.status, e.detail) from e
 
 
 class CallbackApi(APIView):
@@ -93,13 +93,20 @@ class CallbackApi(APIView):
             schema_version = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             status = serializers.ChoiceField(choices=[s.value for s in JobResult.Status])
             conclusion = serializers.ChoiceField(choices=CONCLUSIONS, required=False, allow_null=True, allow_blank=True)
-            name = serializers.CharField(max_length=255)
+            name = serializers.CharField(max_length=checked.max_length(JobResult, "workflow_name"))
             url = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             # Not always numeric: other CI systems (Buildkite) use UUIDs.
-            run_id = serializers.CharField(max_length=100)
+            run_id = serializers.CharField(max_length=checked.max_length(JobResult, "run_id"))
             run_attempt = serializers.IntegerField(min_value=1, max_value=MAX_COUNT, required=False, allow_null=True)
-            job_name = serializers.CharField(max_length=255, required=False, allow_null=True, allow_blank=True)
-            check_run_id = serializers.CharField(max_length=100, required=False, allow_null=True, allow_blank=True)
+            job_name = serializers.CharField(
+                max_length=checked.max_length(JobResult, "job_name"), required=False, allow_null=True, allow_blank=True
+            )
+            check_run_id = serializers.CharField(
+                max_length=checked.max_length(JobResult, "check_run_id"),
+                required=False,
+                allow_null=True,
+                allow_blank=True,
+            )
             # Downstream's own clock, not used for timings: the relay times transitions itself.
             started_at = serializers.CharField(required=False, allow_null=True, allow_blank=True)
             completed_at = serializers.CharField(required=False, allow_null=True, allow_blank=True)
@@ -111,8 +118,10 @@ class CallbackApi(APIView):
                     raise serializers.ValidationError({"conclusion": "A completed callback needs a conclusion."})
                 return attrs
 
-        event_type = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
-        delivery_id = serializers.CharField(max_length=100)
+        event_type = serializers.CharField(
+            max_length=checked.max_length(JobResult, "event_type"), required=False, allow_blank=True, default=""
+        )
+        delivery_id = serializers.CharField(max_length=checked.max_length(JobResult, "delivery_id"))
         callback_token = serializers.CharField(required=False, allow_null=True, allow_blank=True)
         workflow = WorkflowSerializer()
         # The echoed upstream payload is untrusted and not read: PR and SHA come from our Delivery.
@@ -153,7 +162,7 @@ class CallbackApi(APIView):
         self.repo = _verified_repo(request)
         backend = _reporting_backend(self.repo)
         _rate_limit(self.repo)
-        serializer = self.InputSerializer(data=body_json(request))
+        serializer = self.InputSerializer(data=body_json(request, display_only=DISPLAY_ONLY))
         if not serializer.is_valid():
             raise Refused(400, validation_detail(serializer.errors))
         data = serializer.validated_data
@@ -173,7 +182,9 @@ class CallbackApi(APIView):
         if request.method == "POST" and response.status_code >= 400:
             detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
             callbacks.callback_rejection_record(
-                repo=getattr(self, "repo", ""), status_code=response.status_code, detail=str(detail)
+                repo=getattr(self, "repo", ""),
+                status_code=response.status_code,
+                detail=checked.display_text(str(detail)),  # the HUD shows it; PostgreSQL cannot store a NUL
             )
         return super().finalize_response(request, response, *args, **kwargs)
 
@@ -214,6 +225,10 @@ def _rate_limit(repo: str) -> None:
         )
 
 
+def _column(name: str) -> int:
+    return checked.max_length(JobResult, name)
+
+
 def _text(max_length: int | None = None) -> serializers.CharField:
     return serializers.CharField(max_length=max_length, required=False, allow_null=True, allow_blank=True)
 
@@ -239,7 +254,7 @@ class IngestApi(APIView):
                 queue_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
                 execution_time = serializers.FloatField(min_value=0, required=False, allow_null=True)
 
-            verified_repo = serializers.CharField(max_length=140)
+            verified_repo = serializers.CharField(max_length=checked.max_length(Backend, "repo"))
             downstream_repo_level = _choice(Level.values)
             ci_metrics = MetricsSerializer(required=False, allow_null=True)
 
@@ -249,17 +264,17 @@ class IngestApi(APIView):
                     # Only what is read of the echoed upstream webhook; the rest is ignored.
                     class PullRequestSerializer(serializers.Serializer):
                         class HeadSerializer(serializers.Serializer):
-                            sha = _text(40)
+                            sha = _text(_column("head_sha"))
 
                         number = _count()
                         head = HeadSerializer(required=False, allow_null=True)
 
                     class RepositorySerializer(serializers.Serializer):
-                        full_name = _text(140)
+                        full_name = _text(_column("upstream_repo"))
 
                     pull_request = PullRequestSerializer(required=False, allow_null=True)
                     repository = RepositorySerializer(required=False, allow_null=True)
-                    head_sha = _text(40)
+                    head_sha = _text(_column("head_sha"))
 
                 @extend_schema_serializer(component_name="CrcrWorkflow")
                 class WorkflowSerializer(serializers.Serializer):
@@ -268,12 +283,12 @@ class IngestApi(APIView):
                         passed, failed, skipped = _count(), _count(), _count()
 
                     status = serializers.ChoiceField(choices=JobResult.Status.values)
-                    conclusion = _text(30)
-                    name = serializers.CharField(max_length=255)
+                    conclusion = _text(_column("conclusion"))
+                    name = serializers.CharField(max_length=_column("workflow_name"))
                     url = _text()
-                    job_name = serializers.CharField(max_length=255)
-                    check_run_id = serializers.CharField(max_length=100)
-                    run_id = _text(100)
+                    job_name = serializers.CharField(max_length=_column("job_name"))
+                    check_run_id = serializers.CharField(max_length=_column("check_run_id"))
+                    run_id = _text(_column("run_id"))
                     # The reference HUD coerces: anything that is not a positive number counts as attempt 1.
                     run_attempt = serializers.JSONField(required=False, allow_null=True)
                     started_at = serializers.DateTimeField(required=False, allow_null=True)
@@ -282,7 +297,7 @@ class IngestApi(APIView):
                     artifact_url = _text()
 
                 event_type = _choice(Event.values)
-                delivery_id = serializers.CharField(max_length=100)
+                delivery_id = serializers.CharField(max_length=_column("delivery_id"))
                 payload = PayloadSerializer(required=False, allow_null=True)
                 workflow = WorkflowSerializer()
 
@@ -358,9 +373,8 @@ def _ingest_token_check(request: Request) -> None:
 
 
 def body_json_text(text: str) -> Any:
+    """A body that is a JSON string holding the JSON document, as the reference HUD also takes."""
     try:
-        return json.loads(text)
-    except ValueError as e:
-        raise Refused(400, f"The body is not valid JSON ({e}).") from e
-    except RecursionError as e:
-        raise Refused(400, "The body is JSON nested too deeply to read.") from e
+        return checked.json_document(text)
+    except checked.Unchecked as e:
+        raise Refused(e.status, e.detail) from e

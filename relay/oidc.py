@@ -11,11 +11,15 @@ import threading
 import jwt
 from django.conf import settings
 
+from ootci import checked
+from ootci.models import Backend
+
 # GitHub mints tokens with iat = now; a little leeway absorbs clock skew between its clock and ours.
 LEEWAY_SECONDS = 60
 JWKS_LIFESPAN_SECONDS = 300
 JWKS_TIMEOUT_SECONDS = 5
 REQUIRED_CLAIMS = ["exp", "iat", "iss", "aud"]
+REPOSITORY_MAX_LENGTH = checked.max_length(Backend, "repo")
 
 _clients: dict[tuple[str, float], jwt.PyJWKClient] = {}
 _clients_lock = threading.Lock()
@@ -38,7 +42,7 @@ def oidc_repository_verify(*, authorization: str) -> str:
     token = _bearer_token(authorization)
     try:
         unverified = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
-    except jwt.DecodeError as e:
+    except jwt.InvalidTokenError as e:  # a malformed header too: kid not a string, crit entries we do not support
         raise OidcError(f"The authorization token is not a well-formed JWT ({e}).") from e
     header, unverified = unverified["header"], unverified["payload"]
     if header.get("alg") != "RS256":
@@ -51,7 +55,10 @@ def oidc_repository_verify(*, authorization: str) -> str:
     repository = claims.get("repository")
     if not isinstance(repository, str) or "/" not in repository:
         raise OidcError("The token has no 'repository' claim naming the calling org/repo.")
-    return repository
+    try:
+        return checked.text(repository, field="The token's 'repository' claim", max_length=REPOSITORY_MAX_LENGTH)
+    except checked.Unchecked as e:
+        raise OidcError(e.detail) from e
 
 
 def _bearer_token(authorization: str) -> str:
@@ -95,6 +102,8 @@ def _verified_claims(token: str, kid: str | None) -> dict:
         raise OidcError("The token's signature does not verify.") from e
     except jwt.InvalidTokenError as e:
         raise OidcError(f"The token is not valid: {e}.") from e
+    except (TypeError, ValueError, OverflowError) as e:  # a signed claim PyJWT cannot read, e.g. "exp": Infinity
+        raise OidcError(f"The token's time claims are not numbers PyJWT can read ({e}).") from e
 
 
 def _jwks_client() -> jwt.PyJWKClient:

@@ -2,7 +2,6 @@
 
 import hashlib
 import hmac
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +9,7 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from ootci import checked
 from ootci.models import Delivery
 from relay import intake, reruns
 
@@ -21,13 +21,14 @@ ACKNOWLEDGED_EVENTS = frozenset({"ping", "installation", "installation_repositor
 def webhook(request):
     if request.method != "POST":
         return _detail("Only POST is allowed.", 405)
-    if problem := _signature_problem(request):
-        return problem
-    event = request.headers.get("X-GitHub-Event", "")
     try:
-        payload = json.loads(request.body)
-    except ValueError:
-        return _detail("The body is not valid JSON.", 400)
+        body = checked.request_body(request, max_bytes=checked.WEBHOOK_MAX_BYTES)
+        if problem := _signature_problem(request, body):
+            return problem
+        payload = checked.json_document(body)
+    except checked.Unchecked as e:
+        return _detail(e.detail, e.status)
+    event = request.headers.get("X-GitHub-Event", "")
     if not isinstance(payload, dict):
         return _detail("The body must be a JSON object.", 400)
     if event in ACKNOWLEDGED_EVENTS:
@@ -42,20 +43,22 @@ def webhook(request):
     delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
     if not delivery_id or len(delivery_id) > 100:
         return _detail("X-GitHub-Delivery must be a delivery id of at most 100 characters.", 400)
+    if problem := checked.webhook_problem(event=event, payload=payload, delivery_id=delivery_id):
+        return _detail(problem, 400)
     if Delivery.objects.filter(delivery_id=delivery_id).exists():
         return JsonResponse({"ok": True, "duplicate": True, "delivery_id": delivery_id})
-    return handler(delivery_id=delivery_id, event=event, payload=payload, body=request.body)
+    return handler(delivery_id=delivery_id, event=event, payload=payload, body=body)
 
 
-def _signature_problem(request) -> JsonResponse | None:
+def _signature_problem(request, body: bytes) -> JsonResponse | None:
     """A 4xx when the body is not signed with our webhook secret; checked before anything is read or stored."""
     signature = request.headers.get("X-Hub-Signature-256", "")
     if not signature:
         return _detail("Missing X-Hub-Signature-256 header.", 400)
     secret = settings.GITHUB_WEBHOOK_SECRET.encode()
-    expected = "sha256=" + hmac.new(secret, request.body, hashlib.sha256).hexdigest()
-    # Without a configured secret nothing can be verified: fail closed.
-    if not secret or not hmac.compare_digest(expected, signature):
+    expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    # Without a configured secret nothing can be verified: fail closed. (compare_digest takes ASCII text only.)
+    if not secret or not signature.isascii() or not hmac.compare_digest(expected, signature):
         return _detail("Bad signature.", 401)
     return None
 
@@ -173,8 +176,20 @@ SHAPES: dict[str, dict[str, tuple]] = {
         "deleted": (bool, None),
         "commits": (list, None),
     },
-    "check_run": {"repository.full_name": (str,), "check_run": (dict,), "check_run.head_sha": OPTIONAL_TEXT},
-    "check_suite": {"repository.full_name": (str,), "check_suite": (dict,), "check_suite.head_sha": OPTIONAL_TEXT},
+    "check_run": {
+        "repository.full_name": (str,),
+        "check_run": (dict,),
+        "check_run.head_sha": OPTIONAL_TEXT,
+        "sender": (dict, None),
+        "sender.login": OPTIONAL_TEXT,
+    },
+    "check_suite": {
+        "repository.full_name": (str,),
+        "check_suite": (dict,),
+        "check_suite.head_sha": OPTIONAL_TEXT,
+        "sender": (dict, None),
+        "sender.login": OPTIONAL_TEXT,
+    },
 }
 
 # (event, action) → handler; (event, None) matches any action of an event without its own entry.

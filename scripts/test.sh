@@ -61,6 +61,11 @@ if [ "${1:-}" = "--bench" ]; then
   echo "==> benchmarks"
   exec .venv/bin/pytest -p no:randomly -s -q tests/bench/bench_*.py "$@"
 fi
+if [ "${1:-}" = "--fuzz" ]; then
+  shift
+  echo "==> fuzz (FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-250} per target)"
+  exec .venv/bin/pytest -p no:randomly -p no:xdist -s -q tests/fuzz "$@"
+fi
 echo "==> pytest (PostgreSQL)"
 .venv/bin/pytest -n 2 "$@"
 [ $# -eq 0 ] || exit 0

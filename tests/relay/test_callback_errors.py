@@ -104,7 +104,7 @@ def _set(path: str, value):
         (_set("workflow.test_results.failed", 2**40), "workflow.test_results.failed: Ensure this value is less"),
         (_set("workflow.test_results.failed_tests", "test_a"), "workflow.test_results.failed_tests: Expected a list"),
         (_set("workflow.job_name", "j" * 300), "workflow.job_name: Ensure this field has no more than 255"),
-        (_set("workflow.job_name", "nul\x00"), "workflow.job_name: Null characters are not allowed."),
+        (_set("workflow.job_name", "nul\x00"), "The body's workflow.job_name holds a NUL character."),
         (_set("delivery_id", 42.5), None),  # a number is coerced to text, then refused as no dispatch (403)
     ],
 )

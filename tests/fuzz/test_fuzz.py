@@ -1,0 +1,242 @@
+"""Property-based fuzzing of every way in: signed webhooks, callbacks with valid tokens, hostile tokens, HUD and API
+query strings, CRCR ingest bodies. The property: every answer is 2xx, 3xx or 4xx, a JSON endpoint's 4xx carries a
+``detail``, and a refused request writes no row.
+
+The seed is fixed (derandomize): a run finds what the previous one found. FUZZ_EXAMPLES sets the examples per
+target (``make test``: the default below; ``make fuzz``: a larger budget). Requests sent and 5xx seen are printed
+at the end of the module (``-s``).
+"""
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jwt.algorithms import RSAAlgorithm
+
+from ootci.models import Delivery, Dispatch, JobResult, PullRequest
+from tests.fakes.oidc import AUDIENCE, Downstream, reporter_body
+from tests.fuzz import strategies as hostile
+from tests.hud import scenario
+from tests.relay.conftest import UPSTREAM, fixture_json, sign
+from tests.relay.test_ingest import forwarded
+
+pytestmark = pytest.mark.django_db
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "250"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+WEBHOOKS = [
+    ("pull_request", "pull_request.opened.payload"),
+    ("pull_request", "pull_request.synchronize.payload"),
+    ("pull_request", "pull_request.labeled.payload"),
+    ("pull_request", "pull_request.closed.payload"),
+    ("push", "push.payload"),
+    ("check_run", "check_run.rerequested.payload"),
+    ("check_suite", "check_suite.rerequested.payload"),
+    ("ping", "ping.payload"),
+]
+HUD_PATHS = [
+    "/oot/",
+    "/oot/metrics/",
+    "/oot/pr/",
+    "/oot/pr/101/",
+    "/oot/acme/npu/",
+    "/oot/acme/npu/jobs/1/",
+    "/api/oot/",
+    "/api/oot/metrics/",
+    "/api/oot/allowlist/",
+    "/api/oot/pr/101/",
+    "/api/oot/acme/npu/",
+    "/api/oot/acme/npu/jobs/1/",
+]
+PARAMETERS = ["days", "page", "event", "failing", "number", "format"]
+INGEST_TOKEN = "hud-bot-token-for-fuzzing"
+INGEST_FOCUS = (
+    ("trusted",),
+    ("untrusted", "callback_payload", "workflow"),
+    ("untrusted", "callback_payload", "delivery_id"),
+)
+REPORTS = ["pull_request.in_progress", "pull_request.completed.failure", "nightly.completed"]
+# Header values arrive decoded as latin-1 (WSGI): any of its characters, nothing beyond.
+header_text = st.text(st.characters(max_codepoint=255), max_size=40)
+
+answers: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tally():
+    yield
+    print(f"\nfuzz: {answers['requests']} requests, {answers['5xx']} answered 5xx ({EXAMPLES} examples per target)")
+
+
+def rows() -> tuple[int, ...]:
+    return tuple(model.objects.count() for model in (Delivery, Dispatch, PullRequest, JobResult))
+
+
+def send(call, *, json_api: bool = True):
+    """Send one request and check the property; ``call`` makes the request with the test client."""
+    before = rows()
+    answers["requests"] += 1
+    try:
+        response = call()
+    except Exception:
+        answers["5xx"] += 1  # the test client re-raises what the server would answer 500
+        raise
+    if response.status_code >= 500:
+        answers["5xx"] += 1
+    assert response.status_code < 500, response.content[:500]
+    if response.status_code >= 400:
+        assert rows() == before, f"a refused request ({response.status_code}) wrote a row"
+        if json_api:
+            assert "detail" in response.json(), response.content[:500]
+    return response
+
+
+@pytest.fixture
+def relay(settings, make_backend):
+    settings.UPSTREAM_REPO = UPSTREAM
+    settings.CALLBACK_RATE_LIMIT_PER_MIN = 10**9  # the limit is tested elsewhere; here it would hide the body
+    settings.GITHUB_APP_ID = str(fixture_json("check_run.rerequested.payload")["check_run"]["app"]["id"])
+    make_backend(repo="org/npu", level="L4", device="npu")
+    make_backend(repo="org/xpu", level="L3", device="xpu")
+    return make_backend(repo="org/cpu", level="L2")
+
+
+@FUZZ
+@given(data=st.data())
+def test_signed_webhooks(client, settings, relay, data):
+    event, name = data.draw(st.sampled_from(WEBHOOKS))
+    payload = fixture_json(name)
+    payload["repository"]["full_name"] = UPSTREAM
+    body = data.draw(hostile.mutations(payload).map(hostile.dumps) | st.binary(max_size=100), label="body")
+    headers = {
+        "X-GitHub-Event": data.draw(st.just(event) | header_text, label="event"),
+        "X-GitHub-Delivery": data.draw(st.uuids().map(str) | header_text, label="delivery"),
+        "X-Hub-Signature-256": data.draw(
+            st.just(sign(body, settings.GITHUB_WEBHOOK_SECRET)) | header_text, label="signature"
+        ),
+    }
+
+    send(lambda: client.post("/github/webhook", data=body, content_type="application/json", headers=headers))
+
+
+@pytest.fixture
+def downstream_ci(relay, oidc_issuer, make_backend):
+    """A new L2 backend and a dispatch to it: one per example, so that the flood guard on recorded refusals
+    (per repo and minute) never stops recording them (recording is part of what is fuzzed)."""
+
+    def make() -> tuple[Downstream, Dispatch]:
+        ci = Downstream("http://unused", oidc_issuer, make_backend(repo=f"org/{uuid.uuid4().hex}", level="L2"))
+        return ci, ci.dispatch()
+
+    return make
+
+
+@FUZZ
+@given(data=st.data())
+def test_callbacks_with_valid_tokens(client, downstream_ci, data):
+    ci, dispatch = downstream_ci()
+    name = data.draw(st.sampled_from(["pull_request.in_progress", "pull_request.completed.failure"]))
+    body = reporter_body(name, delivery_id=dispatch.delivery.delivery_id, run_id=str(uuid.uuid4()))
+    body = data.draw(st.sampled_from([body, reporter_body("nightly.completed")]), label="recorded")
+    raw = data.draw(
+        hostile.mutations(body, focus=(("workflow",), ("delivery_id",), ("event_type",))).map(hostile.dumps)
+        | st.binary(max_size=100),
+        label="body",
+    )
+    token = ci.issuer.token(repository=ci.repo)
+
+    send(
+        lambda: client.post(
+            "/github/callback", data=raw, content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+        )
+    )
+
+
+@st.composite
+def tokens(draw, issuer, repo: str) -> str:
+    """A token signed by the issuer's real key whose header and claims may be anything, or no JWT at all."""
+    key = issuer.signing_key
+    header = {"alg": "RS256", "typ": "JWT", "kid": key.kid}
+    header = draw(hostile.mutations(header, at_most=2) | st.just(header), label="header")
+    if draw(st.booleans()):
+        header = {**header, "crit": draw(hostile.hostile_values)} if isinstance(header, dict) else header
+    now = int(time.time())
+    claims = {"iss": issuer.issuer, "aud": AUDIENCE, "iat": now, "exp": now + 300, "repository": repo}
+    claims = draw(hostile.mutations(claims, at_most=2) | st.just(claims), label="claims")
+    signing_input = f"{hostile.b64url(header)}.{hostile.b64url(claims)}"
+    signature = RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), key.private)
+    token = f"{signing_input}.{hostile.b64url(signature)}"
+    return draw(st.just(token) | header_text | st.just(token + "." + token), label="token")
+
+
+@FUZZ
+@given(data=st.data())
+def test_hostile_token_headers_and_claims(client, downstream_ci, data):
+    ci, _ = downstream_ci()
+    token = data.draw(tokens(ci.issuer, ci.repo))
+    body = hostile.dumps(reporter_body("nightly.completed"))
+
+    send(
+        lambda: client.post(
+            "/github/callback", data=body, content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+        )
+    )
+
+
+@st.composite
+def hud_urls(draw) -> str:
+    segment = hostile.hostile_text.map(lambda s: quote(s, safe="", errors="surrogatepass") or "x")
+    number = st.integers(min_value=0, max_value=10**25)
+    hostile_path = (
+        st.builds("/oot/{}/{}/".format, segment, segment)
+        | st.builds("/api/oot/{}/{}/jobs/{}/".format, segment, segment, number)
+        | st.builds("/oot/pr/{}/".format, number)
+        | st.builds("/api/oot/pr/{}/".format, number)
+    )
+    # Mostly pages that exist, so that their parameters are read; a fifth of the time a path of hostile parts.
+    path = draw(st.sampled_from(HUD_PATHS) if draw(st.integers(0, 4)) else hostile_path)
+    value = st.sampled_from(["²", "³", "٣٠", "1" * 5000, "-1", "30", "push", "yaml"]) | hostile.hostile_text
+    params = draw(st.dictionaries(st.sampled_from(PARAMETERS) | hostile.any_text, value, min_size=1, max_size=4))
+    return f"{path}?{hostile.query_string(params)}"
+
+
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 3))  # a page computes its figures: several times the cost of a post
+@given(url=hud_urls())
+def test_hud_and_api_query_strings(client, db, url):
+    if not JobResult.objects.exists():
+        scenario.build()
+
+    send(lambda: client.get(url), json_api=url.startswith("/api/"))
+
+
+@pytest.fixture
+def ingest(settings, make_backend):
+    settings.HUD_INGEST_TOKEN = INGEST_TOKEN
+    make_backend(repo="ascend/pytorch-npu", level="L3")
+
+
+@FUZZ
+@given(data=st.data())
+def test_crcr_ingest_bodies(client, ingest, data):
+    name = data.draw(st.sampled_from(REPORTS))
+    body = data.draw(hostile.mutations(forwarded(name, queue_time=12.5), focus=INGEST_FOCUS), label="body")
+    raw = hostile.dumps(body)
+    raw = data.draw(st.just(raw) | st.just(json.dumps(raw.decode()).encode()) | st.binary(max_size=100), label="raw")
+
+    send(
+        lambda: client.post(
+            "/api/crcr/results", data=raw, content_type="application/json", headers={"x-hud-internal-bot": INGEST_TOKEN}
+        )
+    )
