@@ -78,4 +78,5 @@ rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3
 DATABASE_URL=$lane .venv/bin/python manage.py migrate -v 0
 DATABASE_URL=$lane .venv/bin/python manage.py seed_demo
 DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/test_queries.py tests/relay/test_webhook.py \
-  tests/relay/test_dispatch.py tests/relay/test_callback.py tests/relay/test_sweeper.py tests/ootci/test_seed_demo.py
+  tests/relay/test_dispatch.py tests/relay/test_callback.py tests/relay/test_ingest.py tests/relay/test_sweeper.py \
+  tests/ootci/test_seed_demo.py
