@@ -99,8 +99,7 @@ def transition(job: JobResult, report: Report) -> dict[str, Any]:
             return {}
         if report.merge:
             # A late or replayed in_progress never reopens a completed job; what else it states is kept.
-            kept = {k: v for k, v in changed.items() if not (completed and k in ("conclusion", "completed_at"))}
-            return kept
+            return {k: v for k, v in changed.items() if not (completed and k in ("conclusion", "completed_at"))}
         if completed:
             raise JobConflict(f"{job_label(job.attempt_key)} already completed ({job.conclusion}): it cannot go back.")
         raise JobConflict(
