@@ -124,10 +124,15 @@ def check_run_sync(*, job_id: int, attempt: int = 1) -> str:
         JobResult.objects.filter(pk=job_id, check_run_claimed_at=claim).update(check_run_claimed_at=None)
 
 
-def check_run_after_report(*, job: JobResult, pr: PullRequest | None) -> None:
-    """Queue the sync of a job's check run after a report changed it, when it has one or one is wanted."""
-    if job.upstream_check_run_id is not None or check_run_wanted(job=job, pr=pr):
-        _check_runs_enqueue([job.pk])
+def check_run_after_report(*, job: JobResult, pull_request_id: int | None) -> None:
+    """Queue the sync of a job's check run after a report changed it, when it has one or one is wanted (the PR is
+    read only for a backend at a level with check runs)."""
+    if job.upstream_check_run_id is None:
+        if job.backend.level not in levels.with_check_runs() or pull_request_id is None:
+            return
+        if not check_run_wanted(job=job, pr=PullRequest.objects.filter(pk=pull_request_id).first()):
+            return
+    _check_runs_enqueue([job.pk])
 
 
 def check_runs_after_sweep(job_ids: list[int]) -> None:

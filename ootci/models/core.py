@@ -313,6 +313,8 @@ class JobResult(models.Model):
         help_text="success; test failure (failure with failed tests); infra (any other end); running; skipped",
     )
     GENERATED = ("finished_at", "job_sha", "outcome")
+    # One job attempt (the unique constraint below, by attname).
+    ATTEMPT_FIELDS = ("backend_id", "delivery_id", "workflow_name", "job_name", "run_id", "run_attempt")
     # The attempts of one job (README "How we count"): its result is its latest attempt, by LATEST_ORDER.
     JOB_FIELDS = ("backend_id", "event_type", "job_sha", "workflow_name", "job_name")
     LATEST_ORDER = ("-created_at", "-run_attempt", "-id")
@@ -339,14 +341,7 @@ class JobResult(models.Model):
     @property
     def attempt_key(self) -> dict:
         """The fields of the unique constraint: what names this attempt."""
-        return {
-            "backend_id": self.backend_id,
-            "delivery_id": self.delivery_id,
-            "workflow_name": self.workflow_name,
-            "job_name": self.job_name,
-            "run_id": self.run_id,
-            "run_attempt": self.run_attempt,
-        }
+        return {name: getattr(self, name) for name in self.ATTEMPT_FIELDS}
 
     def attempts(self) -> "models.QuerySet[JobResult]":
         """Every attempt of this job (this one included), newest first."""
