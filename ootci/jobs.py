@@ -69,8 +69,11 @@ class Applied:
 def job_report_apply(*, key: dict[str, Any], report: Report, new: dict[str, Any] | None = None) -> Applied:
     """Apply ``report`` to the job attempt named by ``key`` (JobResult.attempt_key), creating it with the fields of
     ``new`` (upstream facts: event, PR, SHA, dispatch) when it does not exist yet."""
+    # An in_progress report is usually a job attempt's first: try the insert before reading (one round trip).
+    first = report.status == Status.IN_PROGRESS and not report.merge
     for _ in range(MAX_TRIES):
-        job = _recorded(key)
+        job = None if first else _recorded(key)
+        first = False
         if job is None:
             job = _created(key, report, new or {})
             if job is not None:
