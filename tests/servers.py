@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,19 +59,21 @@ class RedisServer:
 
 class PostgresCluster:
     """A PostgreSQL cluster of the test's own (initdb in a temporary folder, trust authentication), run with pg_ctl;
-    as the postgres user when we are root, as scripts/test.sh does. ``stop()`` is a fast shutdown."""
+    as the postgres user when we are root, as scripts/test.sh does. ``stop()`` is a fast shutdown; ``remove()`` stops
+    it and deletes its folder."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self) -> None:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
         if not found and not shutil.which("pg_ctl"):
             raise RuntimeError("no PostgreSQL server binaries (pg_ctl) on this machine")
         self.bin = Path(found[-1]).parent if found else Path(shutil.which("pg_ctl")).parent
-        self.folder = folder
-        self.data = folder / "data"
+        # Its own folder under /tmp: the postgres user cannot enter pytest's (root's, mode 700).
+        self.folder = Path(tempfile.mkdtemp(prefix="ootci-pg-"))
+        self.data = self.folder / "data"
         self.port = free_port()
         self.as_postgres = os.geteuid() == 0
         if self.as_postgres:
-            shutil.chown(folder, "postgres")
+            shutil.chown(self.folder, "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
 
     def start(self) -> "PostgresCluster":
@@ -79,7 +82,12 @@ class PostgresCluster:
         return self
 
     def stop(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def create_database(self, name: str) -> None:
         with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", autocommit=True) as conn:
@@ -89,4 +97,6 @@ class PostgresCluster:
         command = [str(self.bin / tool), *args]
         if self.as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
