@@ -175,7 +175,8 @@ def dispatches_redispatch(*, dispatch_ids: list[int]) -> int:
             status=Dispatch.Status.PENDING, attempts=0, retry_at=None, updated_at=timezone.now()
         )
         for pk in ids:
-            transaction.on_commit(lambda pk=pk: async_task("relay.tasks.dispatch_send", pk))
+            # A lost enqueue (broker down) leaves the row pending, for the stale-dispatch schedule.
+            transaction.on_commit(lambda pk=pk: async_task("relay.tasks.dispatch_send", pk), robust=True)
     return len(ids)
 
 
