@@ -124,6 +124,11 @@ def journal_replay() -> dict[str, int]:
             logger.warning("journal replay stopped: the database is still unavailable (%s)", e)
             counts["kept"] += 1
             break
+        except Exception:
+            # Kept for the next run, and the rest still replayed: one entry that breaks must not block the journal.
+            logger.exception("journaled %s %s could not be replayed", entry.kind, entry.id)
+            counts["kept"] += 1
+            continue
         if response.status_code >= 500:
             counts["kept"] += 1
             continue
