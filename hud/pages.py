@@ -112,8 +112,9 @@ def relay_health(*, since: datetime) -> RelayHealth:
     """Deliveries, dispatches by state (lost: the lost selector) and callback rejections since ``since``."""
     lost = Dispatch.objects.lost(since=since).values("pk")
     states = {state: Count("id", filter=Q(status=state)) for state in Dispatch.Status.values}
+    waiting = Q(status=Dispatch.Status.PENDING, retry_at__isnull=False)
     dispatches = Dispatch.objects.filter(created_at__gte=since).aggregate(
-        **states, lost=Count("id", filter=Q(pk__in=lost))
+        **states, lost=Count("id", filter=Q(pk__in=lost)), waiting=Count("id", filter=waiting)
     )
     return RelayHealth(
         deliveries=Delivery.objects.filter(received_at__gte=since).count(),
@@ -121,6 +122,7 @@ def relay_health(*, since: datetime) -> RelayHealth:
         dispatches_failed=dispatches[Dispatch.Status.FAILED],
         dispatches_pending=dispatches[Dispatch.Status.PENDING],
         dispatches_lost=dispatches["lost"],
+        dispatches_waiting=dispatches["waiting"],
         callback_rejections=CallbackRejection.objects.filter(received_at__gte=since).count(),
     )
 

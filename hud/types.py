@@ -115,6 +115,7 @@ class RelayHealth:
     dispatches_pending: int
     dispatches_lost: int
     callback_rejections: int
+    dispatches_waiting: int = 0  # pending, waiting out a GitHub outage or rate limit (``retry_at`` set)
 
 
 @dataclass(frozen=True)

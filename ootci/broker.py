@@ -3,7 +3,14 @@
 The stock broker connects with redis-py's defaults, which wait forever: an enqueue on a hanging Redis held a
 webhook's answer past GitHub's timeout. Workers block on the queue for less than the read timeout, so an idle
 queue is never mistaken for a dead Redis.
+
+A process that saw a Redis fail leaves it alone for REDIS_REST_SECONDS (``redis_resting``), and so does the rate
+limiter: with Redis hanging, only the first request of a process in that time waits for the timeout, the others go
+on at once (an enqueue fails fast and its work is left to the schedules; the rate limit counts in memory).
 """
+
+import threading
+import time
 
 import redis
 from django.conf import settings
@@ -12,9 +19,32 @@ from django_q.conf import Conf
 
 # A worker's wait for the next task, in seconds: under the read timeout, so an empty queue is not a timeout.
 DEQUEUE_BLOCK_SECONDS = 0.5
+REDIS_REST_SECONDS = 10.0
+
+_resting_until: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+def redis_resting(url: str) -> bool:
+    """Whether this process saw the Redis at ``url`` fail less than REDIS_REST_SECONDS ago."""
+    return time.monotonic() < _resting_until.get(url, 0.0)
+
+
+def redis_failed(url: str) -> None:
+    with _lock:
+        _resting_until[url] = time.monotonic() + REDIS_REST_SECONDS
 
 
 class RedisBroker(redis_broker.Redis):
+    def enqueue(self, task):
+        if redis_resting(Conf.REDIS):
+            raise redis.ConnectionError(f"Redis failed less than {REDIS_REST_SECONDS:g} s ago; not tried")
+        try:
+            return super().enqueue(task)
+        except redis.RedisError:
+            redis_failed(Conf.REDIS)
+            raise
+
     def dequeue(self):
         task = self.connection.blpop(self.list_key, DEQUEUE_BLOCK_SECONDS)
         if task:

@@ -214,6 +214,12 @@ DISPATCH_STALE_SECONDS = env.int("DISPATCH_STALE_SECONDS", default=120)
 
 CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
 ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
+# A dispatch GitHub keeps refusing with a 5xx, a timeout or a rate limit after its round of DISPATCH_MAX_ATTEMPTS is
+# left pending and tried again by the stale-dispatch schedule, one try at a time with capped exponential backoff
+# (up to DISPATCH_RETRY_LATER_MAX_SECONDS apart), until this many hours after it was created; then it fails.
+# The default matches ZOMBIE_TIMEOUT_HOURS: a dispatch sent later than that would be counted as lost anyway.
+DISPATCH_RETRY_WINDOW_HOURS = env.float("DISPATCH_RETRY_WINDOW_HOURS", default=ZOMBIE_TIMEOUT_HOURS)
+DISPATCH_RETRY_LATER_MAX_SECONDS = env.float("DISPATCH_RETRY_LATER_MAX_SECONDS", default=1800.0)
 
 # HUD: the RFC-0050 evolution-path bar for L3 ("Stable"). The RFC leaves the numbers open (`X`); these
 # defaults follow the reference HUD's L3 colours (pass rate > 90 %) and are meant to be tuned per deployment.

@@ -33,11 +33,26 @@ class LostFilter(admin.SimpleListFilter):
         return queryset & Dispatch.objects.lost() if self.value() == "1" else queryset
 
 
+class WaitingFilter(admin.SimpleListFilter):
+    """Pending dispatches waiting out a GitHub outage or rate limit (``retry_at`` set): the relay strip's number."""
+
+    title = "waiting for retry"
+    parameter_name = "waiting"
+
+    def lookups(self, request, model_admin):
+        return [("1", "waiting for retry")]
+
+    def queryset(self, request, queryset):
+        if self.value() != "1":
+            return queryset
+        return queryset.filter(status=Dispatch.Status.PENDING, retry_at__isnull=False)
+
+
 class DispatchInline(admin.TabularInline):
     model = Dispatch
     extra = 0
     can_delete = False
-    fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "sent_at"]
+    fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "sent_at", "retry_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -97,8 +112,9 @@ class DispatchAdmin(ReadOnlyAdmin):
         "payload_trimmed",
         "created_at",
         "sent_at",
+        "retry_at",
     ]
-    list_filter = [LostFilter, "status", "payload_trimmed", "delivery__event", "backend"]
+    list_filter = [LostFilter, WaitingFilter, "status", "payload_trimmed", "delivery__event", "backend"]
     search_fields = ["delivery__delivery_id", "backend__repo", "=delivery__pull_request__number"]
     list_select_related = ["delivery__pull_request", "backend"]
     raw_id_fields = ["delivery"]

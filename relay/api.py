@@ -9,6 +9,8 @@ refused callback is counted for the HUD (CallbackRejection).
 """
 
 import hmac
+import logging
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -30,7 +32,9 @@ from ootci import checked, levels
 from ootci.api_errors import RefusalSerializer, validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Event, JobResult
-from relay import callbacks, oidc, ratelimit
+from relay import callbacks, journal, oidc, ratelimit
+
+logger = logging.getLogger(__name__)
 
 CALLBACK_MAX_BYTES = 2 * 1024 * 1024
 INGEST_MAX_BYTES = 2 * 1024 * 1024  # exactly 2 MiB is accepted, as the reference HUD does
@@ -159,9 +163,24 @@ class CallbackApi(APIView):
             limit=CALLBACK_MAX_BYTES,
             too_large="The body is {length} bytes; callbacks are limited to {limit} bytes (2 MB).",
         )
-        self.repo = _verified_repo(request)
+        replayed = journal.replayed_at(request)
+        self.repo = _verified_repo(request, at=replayed)
+        self.rate_counted = replayed is not None  # a replay was counted when it first came
+        try:
+            return self._apply(request)
+        except journal.DATABASE_DOWN:
+            # A verified caller: journal the report, to be replayed with every check once the database is back.
+            if not self.rate_counted:
+                _rate_limit(self.repo)
+            if not journal.journal_taken(kind="callback", request=request, body=request.body):
+                raise
+            return Response(journal.journaled_answer(), status=202)
+
+    def _apply(self, request: Request) -> Response:
         backend = _reporting_backend(self.repo)
-        _rate_limit(self.repo)
+        if not self.rate_counted:
+            self.rate_counted = True
+            _rate_limit(self.repo)
         serializer = self.InputSerializer(data=body_json(request, display_only=DISPLAY_ONLY))
         if not serializer.is_valid():
             raise Refused(400, validation_detail(serializer.errors))
@@ -181,17 +200,20 @@ class CallbackApi(APIView):
     def finalize_response(self, request, response, *args, **kwargs):
         if request.method == "POST" and response.status_code >= 400:
             detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
-            callbacks.callback_rejection_record(
-                repo=getattr(self, "repo", ""),
-                status_code=response.status_code,
-                detail=checked.display_text(str(detail)),  # the HUD shows it; PostgreSQL cannot store a NUL
-            )
+            try:
+                callbacks.callback_rejection_record(
+                    repo=getattr(self, "repo", ""),
+                    status_code=response.status_code,
+                    detail=checked.display_text(str(detail)),  # the HUD shows it; PostgreSQL cannot store a NUL
+                )
+            except journal.DATABASE_DOWN as e:  # the refusal stands; only its count for the HUD is lost
+                logger.warning("callback refusal not counted, the database is unavailable: %s", e)
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-def _verified_repo(request: Request) -> str:
+def _verified_repo(request: Request, *, at: datetime | None = None) -> str:
     try:
-        return oidc.oidc_repository_verify(authorization=request.headers.get("Authorization", ""))
+        return oidc.oidc_repository_verify(authorization=request.headers.get("Authorization", ""), at=at)
     except oidc.OidcUnavailable as e:
         raise Refused(503, e.detail, wait=STORE_RETRY_SECONDS) from e
     except oidc.OidcError as e:

@@ -7,6 +7,7 @@ made-up key ids cannot turn us into a load generator against the issuer.
 """
 
 import threading
+from datetime import datetime
 
 import jwt
 from django.conf import settings
@@ -37,8 +38,9 @@ class OidcUnavailable(OidcError):
     """The issuer's key set could not be fetched: our problem, not the caller's (answered as 503)."""
 
 
-def oidc_repository_verify(*, authorization: str) -> str:
-    """The verified ``repository`` claim of an ``Authorization: Bearer <token>`` header value."""
+def oidc_repository_verify(*, authorization: str, at: datetime | None = None) -> str:
+    """The verified ``repository`` claim of an ``Authorization: Bearer <token>`` header value; its expiry checked
+    as of ``at`` when given (a journaled callback, replayed after its token expired: relay.journal)."""
     token = _bearer_token(authorization)
     try:
         unverified = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
@@ -51,7 +53,7 @@ def oidc_repository_verify(*, authorization: str) -> str:
     # Checked before any key lookup: a token from another issuer must not make us fetch keys at all.
     if issuer != settings.OIDC_ISSUER:
         raise OidcError(f"The token was issued by {issuer!r}; only {settings.OIDC_ISSUER!r} is accepted.")
-    claims = _verified_claims(token, header.get("kid"))
+    claims = _verified_claims(token, header.get("kid"), at)
     repository = claims.get("repository")
     if not isinstance(repository, str) or "/" not in repository:
         raise OidcError("The token has no 'repository' claim naming the calling org/repo.")
@@ -71,7 +73,7 @@ def _bearer_token(authorization: str) -> str:
     return value
 
 
-def _verified_claims(token: str, kid: str | None) -> dict:
+def _verified_claims(token: str, kid: str | None, at: datetime | None = None) -> dict:
     if not kid:
         raise OidcError("The token names no signing key (no 'kid' in its header).")
     try:
@@ -81,15 +83,18 @@ def _verified_claims(token: str, kid: str | None) -> dict:
     except jwt.PyJWKClientError as e:
         raise OidcError(f"The token's signing key (kid {kid!r}) is not published by {settings.OIDC_ISSUER}.") from e
     try:
-        return jwt.decode(
+        claims = jwt.decode(
             token,
             key.key,
             algorithms=["RS256"],
             audience=settings.OIDC_AUDIENCE,
             issuer=settings.OIDC_ISSUER,
             leeway=LEEWAY_SECONDS,
-            options={"require": REQUIRED_CLAIMS},
+            options={"require": REQUIRED_CLAIMS, "verify_exp": at is None},
         )
+        if at is not None and float(claims["exp"]) + LEEWAY_SECONDS < at.timestamp():
+            raise jwt.ExpiredSignatureError("expired when it arrived")
+        return claims
     except jwt.ExpiredSignatureError as e:
         raise OidcError("The token has expired.") from e
     except jwt.InvalidAudienceError as e:

@@ -80,12 +80,14 @@ def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -
 def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
     """Send one repository_dispatch, retrying failures; safe to run twice or concurrently.
 
-    The Dispatch row is the outbox. A conditional UPDATE claims it (only a pending row that is new or
-    stale), and every later write is fenced on the ``updated_at`` stamp of our claim, so two workers
-    never both send. Every try counts in ``attempts``; failures (not rate limits) end it after
-    DISPATCH_MAX_ATTEMPTS. A crash between GitHub's answer and our write means one resend after
-    DISPATCH_STALE_SECONDS: GitHub has no idempotency key for dispatches, so delivery is at least once. A retry
-    that would start after ``deadline`` is left to the sweeper instead, so that the task is never killed mid-request.
+    The Dispatch row is the outbox. A conditional UPDATE claims it (only a pending row that is new, stale or due for
+    its retry), and every later write is fenced on the ``updated_at`` stamp of our claim, so two workers never both
+    send. Every try counts in ``attempts``. A 4xx that is not a rate limit fails it at once; a round of
+    DISPATCH_MAX_ATTEMPTS 5xx or timeouts (one try once it has waited), a long rate limit, or a retry that would
+    start after ``deadline`` leaves it pending with ``retry_at`` for the schedule, so that a task never sleeps
+    long nor is killed mid-request, and a GitHub outage fails nothing until DISPATCH_RETRY_WINDOW_HOURS have
+    passed. A crash between GitHub's answer and our write means one resend after DISPATCH_STALE_SECONDS: GitHub has
+    no idempotency key for dispatches, so delivery is at least once.
     """
     deadline = deadline if deadline is not None else task_deadline()
     stamp = _dispatch_claim(dispatch_id)
@@ -93,6 +95,8 @@ def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
         return "skipped"
     dispatch = Dispatch.objects.select_related("delivery", "backend").get(pk=dispatch_id)
     client_payload, trimmed = dispatch_client_payload(dispatch=dispatch)
+    # After a wait, one try per round: during a long outage the schedule spaces the tries, not this task.
+    budget = 1 if dispatch.retry_at else settings.DISPATCH_MAX_ATTEMPTS
     failures = 0
     while True:
         try:
@@ -101,16 +105,17 @@ def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
             )
         except github.RateLimited as e:
             if e.wait_seconds > settings.DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS:
-                _dispatch_renew(dispatch_id, stamp, last_error=f"{e}; the sweeper sends it again later")
-                return "pending"
+                return _dispatch_defer(dispatch, stamp, wait=e.wait_seconds, reason=str(e))
             wait, last_error = e.wait_seconds, str(e)
             stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
         except github.GitHubError as e:
             failures += 1
-            if not e.retryable or failures >= settings.DISPATCH_MAX_ATTEMPTS:
+            if not e.retryable:
                 _dispatch_finish(dispatch_id, status=Dispatch.Status.FAILED, last_error=str(e), trimmed=trimmed)
                 logger.warning("dispatch %s to %s failed: %s", dispatch_id, dispatch.backend.repo, e)
                 return "failed"
+            if failures >= budget:
+                return _dispatch_defer(dispatch, stamp, wait=_later_backoff(dispatch), reason=str(e))
             wait, last_error = _backoff(failures), str(e)
             stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
         else:
@@ -119,8 +124,7 @@ def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
         if stamp is None:
             return "skipped"
         if time.monotonic() + wait > deadline:
-            _dispatch_renew(dispatch_id, stamp, last_error=f"{last_error}; the sweeper sends it again later")
-            return "pending"
+            return _dispatch_defer(dispatch, stamp, wait=wait, reason=last_error)
         time.sleep(wait)
         stamp = _dispatch_renew(dispatch_id, stamp, attempts=F("attempts") + 1)
         if stamp is None:
@@ -148,10 +152,10 @@ def dispatch_client_payload(*, dispatch: Dispatch) -> tuple[dict[str, Any], bool
 
 
 def dispatches_resend_stale() -> dict[str, int]:
-    """Send pending dispatches nobody has touched for DISPATCH_STALE_SECONDS (task lost, worker killed)."""
-    stale = timezone.now() - timedelta(seconds=settings.DISPATCH_STALE_SECONDS)
+    """Send pending dispatches nobody has touched for DISPATCH_STALE_SECONDS (task lost, worker killed), and those
+    whose ``retry_at`` has come."""
     ids = list(
-        Dispatch.objects.filter(status=Dispatch.Status.PENDING, updated_at__lte=stale)
+        Dispatch.objects.filter(_claimable(timezone.now()), status=Dispatch.Status.PENDING)
         .order_by("updated_at")
         .values_list("pk", flat=True)[:1000]
     )
@@ -168,10 +172,11 @@ def dispatches_redispatch(*, dispatch_ids: list[int]) -> int:
         )
         # attempts back to 0 marks the rows claimable at once; last_error stays until the next try.
         Dispatch.objects.filter(pk__in=ids).update(
-            status=Dispatch.Status.PENDING, attempts=0, updated_at=timezone.now()
+            status=Dispatch.Status.PENDING, attempts=0, retry_at=None, updated_at=timezone.now()
         )
         for pk in ids:
-            transaction.on_commit(lambda pk=pk: async_task("relay.tasks.dispatch_send", pk))
+            # A lost enqueue (broker down) leaves the row pending, for the stale-dispatch schedule.
+            transaction.on_commit(lambda pk=pk: async_task("relay.tasks.dispatch_send", pk), robust=True)
     return len(ids)
 
 
@@ -187,13 +192,38 @@ def delivery_archive(*, delivery_pk: int, body: bytes) -> str:
 
 def _dispatch_claim(dispatch_id: int) -> datetime | None:
     now = timezone.now()
-    stale = now - timedelta(seconds=settings.DISPATCH_STALE_SECONDS)
     claimed = (
         Dispatch.objects.filter(pk=dispatch_id, status=Dispatch.Status.PENDING)
-        .filter(Q(attempts=0) | Q(updated_at__lte=stale))
+        .filter(Q(attempts=0, retry_at__isnull=True) | _claimable(now))
         .update(attempts=F("attempts") + 1, updated_at=now)
     )
     return now if claimed else None
+
+
+def _claimable(now: datetime) -> Q:
+    """A pending row another worker may take: stale (its worker is gone) and not waiting, or due for its retry and
+    not claimed since it was deferred (a claim moves ``updated_at`` past ``retry_at``)."""
+    stale = now - timedelta(seconds=settings.DISPATCH_STALE_SECONDS)
+    waiting = Q(retry_at__gt=now)
+    due = Q(retry_at__lte=now) & Q(updated_at__lt=F("retry_at"))
+    return (Q(updated_at__lte=stale) & ~waiting) | due
+
+
+def _dispatch_defer(dispatch: Dispatch, stamp: datetime, *, wait: float, reason: str) -> str:
+    """Leave a claimed dispatch pending until ``wait`` seconds from now, for the schedule; or, once the retry window
+    since its webhook has passed, fail it with the reason."""
+    now = timezone.now()
+    give_up = dispatch.created_at + timedelta(hours=settings.DISPATCH_RETRY_WINDOW_HOURS)
+    if now >= give_up:
+        hours = settings.DISPATCH_RETRY_WINDOW_HOURS
+        ours = Dispatch.objects.filter(pk=dispatch.pk, status=Dispatch.Status.PENDING, updated_at=stamp)
+        last_error = f"{reason} (retried for {hours:g} h)"
+        failed = ours.update(status=Dispatch.Status.FAILED, retry_at=None, updated_at=now, last_error=last_error)
+        logger.warning("dispatch %s to %s failed after %g h: %s", dispatch.pk, dispatch.backend.repo, hours, reason)
+        return "failed" if failed else "skipped"
+    retry_at = min(now + timedelta(seconds=wait), give_up)  # the last try comes when the window closes
+    kept = _dispatch_renew(dispatch.pk, stamp, retry_at=retry_at, last_error=f"{reason}; tried again later")
+    return "pending" if kept else "skipped"
 
 
 def _dispatch_renew(dispatch_id: int, stamp: datetime, **fields: Any) -> datetime | None:
@@ -207,7 +237,7 @@ def _dispatch_renew(dispatch_id: int, stamp: datetime, **fields: Any) -> datetim
 
 def _dispatch_finish(dispatch_id: int, *, status: str, trimmed: bool, last_error: str | None = None) -> None:
     now = timezone.now()
-    fields: dict[str, Any] = {"status": status, "payload_trimmed": trimmed, "updated_at": now}
+    fields: dict[str, Any] = {"status": status, "payload_trimmed": trimmed, "retry_at": None, "updated_at": now}
     if status == Dispatch.Status.SENT:
         fields["sent_at"] = now
     if last_error is not None:
@@ -248,6 +278,14 @@ def _dispatches_continue(dispatch_ids: list[int]) -> None:
 def _backoff(failures: int) -> float:
     """Exponential backoff with equal jitter: spread retries of a fan-out that failed at once."""
     ceiling = min(settings.DISPATCH_RETRY_MAX_SECONDS, settings.DISPATCH_RETRY_BASE_SECONDS * 2 ** (failures - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _later_backoff(dispatch: Dispatch) -> float:
+    """The wait before the next round once a round failed: as long as the dispatch has been failing (so the waits
+    double), at least a minute (the schedule's period), at most DISPATCH_RETRY_LATER_MAX_SECONDS; equal jitter."""
+    failing = (timezone.now() - dispatch.created_at).total_seconds()
+    ceiling = min(settings.DISPATCH_RETRY_LATER_MAX_SECONDS, max(60.0, failing))
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 

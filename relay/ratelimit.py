@@ -21,6 +21,8 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import DatabaseError
 
+from ootci.broker import redis_failed, redis_resting
+
 logger = logging.getLogger(__name__)
 
 PREFIX = "ootci:ratelimit"
@@ -70,13 +72,19 @@ def store_failures() -> int:
 
 
 def _redis_count(key: str, index: int, window: int) -> tuple[int, int]:
-    client = _redis_client(settings.REDIS_URL)
+    url = settings.REDIS_URL
+    if redis_resting(url):  # it failed a moment ago: do not make this request wait for its timeout again
+        raise redis.ConnectionError("Redis failed a moment ago; not tried")
     current_key, previous_key = f"{PREFIX}:{key}:{index}", f"{PREFIX}:{key}:{index - 1}"
-    pipe = client.pipeline(transaction=False)
+    pipe = _redis_client(url).pipeline(transaction=False)
     pipe.incr(current_key)
     pipe.expire(current_key, 2 * window)
     pipe.get(previous_key)
-    current, _, previous = pipe.execute()
+    try:
+        current, _, previous = pipe.execute()
+    except redis.RedisError:
+        redis_failed(url)
+        raise
     return int(current), int(previous or 0)
 
 

@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, outbox, reruns, sweeper
+from relay import check_runs, intake, journal, outbox, reruns, sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,11 @@ def dispatches_resend_stale() -> dict[str, int]:
 def deliveries_finish_pending() -> int:
     """Scheduled every minute (relay/migrations/0003_pending_deliveries_schedule.py)."""
     return intake.deliveries_finish_pending()
+
+
+def journal_replay() -> dict[str, int]:
+    """Scheduled every minute (relay/migrations/0004_journal_replay_schedule.py)."""
+    return journal.journal_replay()
 
 
 def delivery_archive(delivery_pk: int, body: bytes) -> str:

@@ -11,7 +11,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ootci import checked
 from ootci.models import Delivery
-from relay import intake, reruns
+from relay import intake, journal, reruns
 
 # Events about the App itself: answered so GitHub shows a green delivery, nothing stored.
 ACKNOWLEDGED_EVENTS = frozenset({"ping", "installation", "installation_repositories"})
@@ -45,9 +45,15 @@ def webhook(request):
         return _detail("X-GitHub-Delivery must be a delivery id of at most 100 characters.", 400)
     if problem := checked.webhook_problem(event=event, payload=payload, delivery_id=delivery_id):
         return _detail(problem, 400)
-    if Delivery.objects.filter(delivery_id=delivery_id).exists():
-        return JsonResponse({"ok": True, "duplicate": True, "delivery_id": delivery_id})
-    return handler(delivery_id=delivery_id, event=event, payload=payload, body=body)
+    try:
+        if Delivery.objects.filter(delivery_id=delivery_id).exists():
+            return JsonResponse({"ok": True, "duplicate": True, "delivery_id": delivery_id})
+        return handler(delivery_id=delivery_id, event=event, payload=payload, body=body)
+    except journal.DATABASE_DOWN:
+        # Signed, so worth keeping: replayed with every check once the database is back (relay.journal).
+        if not journal.journal_taken(kind="webhook", request=request, body=body):
+            raise
+        return JsonResponse({**journal.journaled_answer(), "delivery_id": delivery_id}, status=202)
 
 
 def _signature_problem(request, body: bytes) -> JsonResponse | None:

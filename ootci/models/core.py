@@ -217,6 +217,9 @@ class Dispatch(models.Model):
     payload_trimmed = models.BooleanField(default=False, help_text="Large free-text fields were cut to fit")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # Set while a pending dispatch waits out a GitHub outage or rate limit: the stale-dispatch schedule tries it
+    # again from then on (relay.outbox), until DISPATCH_RETRY_WINDOW_HOURS after it was created.
+    retry_at = models.DateTimeField(null=True, blank=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = DispatchQuerySet.as_manager()

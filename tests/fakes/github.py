@@ -8,6 +8,7 @@ re-runs once at a time). Tests program it:
 
     fake.script("POST", "/repos/org/a/dispatches", Reply(500), Reply(500))   # the next two answers
     fake.latency = 0.1                                                       # every answer, seconds
+    fake.outage = Reply(502)                                                 # every answer until None
     fake.route("GET", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/check-runs")(handler)   # extend
 
 and read what it was sent from ``fake.requests`` (every request, in order, thread-safe).
@@ -91,6 +92,7 @@ class FakeGitHub:
         self.app_id = app_id
         self.public_key = serialization.load_pem_public_key(public_pem)
         self.latency = 0.0
+        self.outage: Reply | None = None  # while set, every request is answered with it (GitHub is down)
         self.token_ttl = timedelta(hours=1)
         self.uninstalled: set[str] = set()  # repos (lower case) the App is not installed on
         self.requests: list[Request] = []
@@ -216,6 +218,8 @@ class FakeGitHub:
             self._server.server_close()
 
     def _answer(self, request: Request) -> Reply:
+        if self.outage is not None:
+            return self.outage
         with self._lock:
             queue = self._scripts.get((request.method, request.path))
             scripted = queue.popleft() if queue else None

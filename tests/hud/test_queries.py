@@ -4,6 +4,7 @@ import pytest
 
 from hud import pages, queries
 from hud.queries import BackendStats, Counts
+from ootci.models import Dispatch
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request
 
@@ -78,6 +79,17 @@ def test_a_lost_dispatch_counts_only_after_the_zombie_timeout_and_only_for_l2_an
     assert stats[shown.id].counts.lost == 1
     assert listed.id not in stats
     assert (relay.dispatches_sent, relay.dispatches_failed, relay.dispatches_lost) == (4, 1, 1)
+
+
+def test_the_relay_strip_counts_dispatches_waiting_for_a_retry(make_backend):
+    backend = make_backend("wait/npu", "L2")
+    dispatch(backend, sha="1" * 40, at=ago(minutes=5), status="pending")
+    waiting = dispatch(backend, sha="2" * 40, at=ago(minutes=5), status="pending")
+    Dispatch.objects.filter(pk=waiting.pk).update(retry_at=ago(minutes=-10), last_error="GitHub 502")
+
+    relay = queries.relay_health(days=1)
+
+    assert (relay.dispatches_pending, relay.dispatches_waiting) == (2, 1)
 
 
 def test_daily_pass_rates_leave_days_without_runs_empty():

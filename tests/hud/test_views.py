@@ -31,7 +31,7 @@ def test_the_overview_shows_the_hand_counted_figures(client):
     # the missed L3 criteria are marked by more than colour
     assert "below L3 bar ✗ missed: 33.3% · q90 3.7m · ✗ missed: PR90 1.0d" in row
     assert "How we count" in html
-    assert "Lost (no callback)" in html
+    assert "Lost (no callback)" in html and "Waiting for retry" in html
 
 
 def test_the_overview_follows_the_window_and_event_parameters(client):

@@ -41,6 +41,16 @@ def test_lost_dispatches_are_listed_as_the_hud_counts_them(admin_client, make_ba
 
 
 @pytest.mark.django_db
+def test_dispatches_waiting_for_a_retry_are_listed(admin_client, make_backend):
+    later = timezone.now() + timedelta(minutes=10)
+    make_dispatch(make_backend("org/wait"), delivery_id="d-4", retry_at=later, last_error="GitHub 502 on POST: x")
+    make_dispatch(make_backend("org/fresh"), delivery_id="d-4")
+    response = admin_client.get("/admin/ootci/dispatch/", {"waiting": "1"})
+    assert response.status_code == 200
+    assert [d.backend.repo for d in response.context["cl"].result_list] == ["org/wait"]
+
+
+@pytest.mark.django_db
 def test_rejected_callbacks_are_listed(admin_client):
     CallbackRejection.objects.create(repo="org/x", status_code=403, detail="org/x is not in the OOT CI allowlist.")
     response = admin_client.get("/admin/ootci/callbackrejection/")

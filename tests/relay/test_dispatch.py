@@ -94,14 +94,15 @@ def test_a_422_fails_at_once_with_the_reason(fake_github, post_webhook, make_bac
     assert dispatch.sent_at is None
 
 
-def test_attempts_are_bounded(fake_github, post_webhook, make_backend, settings):
+def test_attempts_in_a_task_are_bounded_then_left_to_the_schedule(fake_github, post_webhook, make_backend, settings):
     settings.DISPATCH_MAX_ATTEMPTS = 3
     make_backend("org/a")
     fake_github.script("POST", "/repos/org/a/dispatches", *[Reply(503)] * 5)
     post_webhook("pull_request", "pull_request.opened.payload")
     dispatch = Dispatch.objects.get()
-    assert (dispatch.status, dispatch.attempts) == ("failed", 3)
+    assert (dispatch.status, dispatch.attempts) == ("pending", 3)
     assert "GitHub 503" in dispatch.last_error
+    assert dispatch.retry_at > timezone.now() + timedelta(seconds=25)  # at least half a minute: jitter of one
     assert len(fake_github.requests_to("POST", "/repos/org/a/dispatches")) == 3
 
 
@@ -152,15 +153,18 @@ def test_a_secondary_rate_limit_with_retry_after_is_waited_out(fake_github, post
     assert Dispatch.objects.get().status == "sent"
 
 
-def test_a_long_rate_limit_is_left_to_the_sweeper(fake_github, post_webhook, make_backend):
+def test_a_long_rate_limit_is_left_to_the_schedule_until_it_resets(fake_github, post_webhook, make_backend):
     make_backend("org/a")
     fake_github.script("POST", "/repos/org/a/dispatches", Reply.rate_limited(reset_in=3600))
     post_webhook("pull_request", "pull_request.opened.payload")
     dispatch = Dispatch.objects.get()
     assert dispatch.status == "pending"
-    assert "rate limited" in dispatch.last_error and "sweeper" in dispatch.last_error
-    assert tasks.dispatches_resend_stale() == {}  # not stale yet
+    assert "rate limited" in dispatch.last_error and "tried again later" in dispatch.last_error
+    assert timedelta(minutes=59) < dispatch.retry_at - timezone.now() <= timedelta(hours=1, seconds=2)
+    assert tasks.dispatches_resend_stale() == {}  # not due yet
     Dispatch.objects.update(updated_at=timezone.now() - timedelta(minutes=5))
+    assert tasks.dispatches_resend_stale() == {}  # nor stale: it is waiting, not abandoned
+    Dispatch.objects.update(retry_at=timezone.now())
     assert tasks.dispatches_resend_stale() == {"sent": 1}
     assert Dispatch.objects.get().status == "sent"
     assert len(fake_github.dispatches()) == 1
