@@ -5,11 +5,16 @@ database so that rate-limit and cache keys never cross between parallel tests.
 """
 
 import os
+from urllib.parse import urlsplit
 
 _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 os.environ.setdefault("DJANGO_DEBUG", "true")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ootci")
-os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{1 + _worker % 15}")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # The workers inherit the environment of the controlling process, which set REDIS_URL above: each worker moves
+    # to a database of its own on the same server, so that queues, journals and counters never cross.
+    os.environ["REDIS_URL"] = urlsplit(os.environ["REDIS_URL"])._replace(path=f"/{1 + _worker % 15}").geturl()
 os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
 # Tasks run inline when enqueued (after commit); tests that play the worker call tasks directly.
 os.environ.setdefault("Q_SYNC", "true")
