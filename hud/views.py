@@ -113,6 +113,7 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
     if detail is None:
         raise Http404(f"{info.repo} has no job {job_id}")
     context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
+    context["tests"] = queries.job_tests(job_id=detail.job.id)
     return render_page(request, "job", context)
 
 
