@@ -234,27 +234,32 @@ def check_suite_check_runs(*, repo: str, check_suite_id: int) -> list[dict[str, 
 
     Each is ``{"id", "name", "external_id", "app_id"}``. Pages of 100 until a short page or ``total_count``.
     """
-    client = installation_client(repo=repo)
     path = f"/repos/{repo}/check-suites/{check_suite_id}/check-runs"
-    runs: list[dict[str, Any]] = []
+    return [
+        {
+            "id": run.get("id"),
+            "name": run.get("name") or "",
+            "external_id": run.get("external_id") or "",
+            "app_id": _app_id(run),
+        }
+        for run in _listing(repo=repo, path=path, key="check_runs")
+    ]
+
+
+def _listing(*, repo: str, path: str, key: str) -> list[Any]:
+    """Every item under ``key`` of a paged GET listing: pages of 100 until a short page or ``total_count``."""
+    client = installation_client(repo=repo)
+    items: list[Any] = []
     page = 1
     while True:
         query = {"per_page": 100, "page": page}
         data = _calling(
             repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
         )
-        batch = data.get("check_runs") or []
-        runs.extend(
-            {
-                "id": run.get("id"),
-                "name": run.get("name") or "",
-                "external_id": run.get("external_id") or "",
-                "app_id": _app_id(run),
-            }
-            for run in batch
-        )
-        if len(batch) < 100 or len(runs) >= int(data.get("total_count") or 0):
-            return runs
+        batch = data.get(key) or []
+        items.extend(batch)
+        if len(batch) < 100 or len(items) >= int(data.get("total_count") or 0):
+            return items
         page += 1
 
 
@@ -302,29 +307,17 @@ def _app_id(check_run: dict[str, Any]) -> str:
 def run_artifacts(*, repo: str, run_id: int) -> list[dict[str, Any]]:
     """GET /repos/{repo}/actions/runs/{run_id}/artifacts: ``{"id", "name", "size_in_bytes", "expired"}`` of each
     artifact of that run, pages of 100."""
-    client = installation_client(repo=repo)
     path = f"/repos/{repo}/actions/runs/{run_id}/artifacts"
-    artifacts: list[dict[str, Any]] = []
-    page = 1
-    while True:
-        query = {"per_page": 100, "page": page}
-        data = _calling(
-            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
-        )
-        batch = data.get("artifacts") or []
-        artifacts.extend(
-            {
-                "id": int(item["id"]),
-                "name": str(item.get("name") or ""),
-                "size_in_bytes": int(item.get("size_in_bytes") or 0),
-                "expired": bool(item.get("expired")),
-            }
-            for item in batch
-            if isinstance(item, dict) and str(item.get("id", "")).isdigit()
-        )
-        if len(batch) < 100 or len(artifacts) >= int(data.get("total_count") or 0):
-            return artifacts
-        page += 1
+    return [
+        {
+            "id": int(item["id"]),
+            "name": str(item.get("name") or ""),
+            "size_in_bytes": int(item.get("size_in_bytes") or 0),
+            "expired": bool(item.get("expired")),
+        }
+        for item in _listing(repo=repo, path=path, key="artifacts")
+        if isinstance(item, dict) and str(item.get("id", "")).isdigit()
+    ]
 
 
 def artifact_download(*, repo: str, artifact_id: int, into: BinaryIO, max_bytes: int) -> int:

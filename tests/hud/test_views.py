@@ -190,7 +190,7 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         # the cells; the PR titles
         ("/oot/acme/npu/", 8),
         ("/oot/pr/101/", 4),
-        ("/oot/acme/npu/jobs/{job}/", 4),
+        ("/oot/acme/npu/jobs/{job}/", 5),  # + its test reports
         ("/oot/metrics/", 3),
     ],
 )
