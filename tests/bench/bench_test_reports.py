@@ -20,7 +20,7 @@ from django.db import connection
 
 from ootci.models import JobResult, TestCase
 from relay import junit
-from tests.relay.conftest import fake_github  # noqa: F401
+from tests.relay.conftest import app_key, fake_github  # noqa: F401
 from tests.relay.reports import zipped
 
 pytestmark = pytest.mark.django_db(transaction=True)
