@@ -13,9 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ootci import junit
 from ootci.api_errors import RefusalSerializer, validation_detail
 from ootci.models import TestReport
-from relay import junit, ratelimit, test_reports
+from relay import ratelimit, test_reports
 from relay.api import MAX_COUNT, Refused, _reporting_backend, _verified_repo, body_size_check
 
 CONTENT_TYPES = {

@@ -24,9 +24,10 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
+from ootci import junit
 from ootci.models import JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
-from relay import archive, callbacks, check_runs, github, junit
+from relay import archive, callbacks, check_runs, github
 
 logger = logging.getLogger(__name__)
 

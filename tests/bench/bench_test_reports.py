@@ -2,7 +2,7 @@
 
 Run: .venv/bin/pytest -s -p no:xdist tests/bench/bench_test_reports.py   (prints figures)
 
-1. Parse rate: a 100,000-case pytest-style JUnit file (1 % failing, some reruns) through relay.junit on one
+1. Parse rate: a 100,000-case pytest-style JUnit file (1 % failing, some reruns) through ootci.junit on one
    process, as a zip and as plain XML. Goal >= 50,000 cases/s per worker.
 2. Visible: the completed callback of a GitHub Actions job, its 10,000-case artifact pulled from the fake GitHub
    (302 and zip over real HTTP), stored, parsed (tasks inline, as an idle worker runs them at once) and the job
@@ -18,8 +18,8 @@ import pytest
 import requests
 from django.db import connection
 
+from ootci import junit
 from ootci.models import JobResult, TestCase
-from relay import junit
 from tests.relay.conftest import app_key, fake_github  # noqa: F401
 from tests.relay.reports import zipped
 

@@ -10,9 +10,9 @@ from django.core.management import call_command
 
 from ootci.models import JobResult, TestCase, TestReport
 from relay import archive, test_reports
+from tests.ootci.test_junit import BILLION_LAUGHS
 from tests.relay.reports import junit_xml, zipped
 from tests.relay.test_archive import s3  # noqa: F401 - the moto S3 server fixture
-from tests.relay.test_junit import BILLION_LAUGHS
 
 RUN_ID = "24033272679"  # the run of the recorded completed callback
 QUERY = {"workflow": "npu-ci", "job": "test-npu-float32", "run_id": RUN_ID, "run_attempt": 1}

@@ -63,7 +63,8 @@ class Case:
 
 @dataclass
 class Parsed:
-    """A whole report: counts over every case, and the cases worth keeping (not simply passed)."""
+    """A whole report: counts over every case, and the cases worth keeping (not simply passed; every case with
+    ``keep_all``, for ClickHouse)."""
 
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("passed", "failed", "error", "skipped", "xfail", "xpass"), 0)
@@ -73,16 +74,19 @@ class Parsed:
     duration: float = 0.0
     kept: list[Case] = field(default_factory=list)
     files: int = 0
+    keep_all: bool = False
 
     def add(self, case: Case) -> None:
         self.counts[case.status] += 1
         self.reruns += case.reruns
         self.duration += case.duration
-        if case.status != "passed" or case.reruns:
+        if self.keep_all or case.status != "passed" or case.reruns:
             self.kept.append(case)
 
 
-def report_parse(stream: BinaryIO, *, compressed_size: int, encoding: str = "", device: str = "") -> Parsed:
+def report_parse(
+    stream: BinaryIO, *, compressed_size: int, encoding: str = "", device: str = "", keep_all: bool = False
+) -> Parsed:
     """Parse a stored report; raise ReportRefused with the reason when it must not be used."""
     if compressed_size > MAX_COMPRESSED:
         raise ReportRefused(f"The report is {compressed_size} bytes compressed; the cap is {MAX_COMPRESSED}.")
@@ -91,7 +95,7 @@ def report_parse(stream: BinaryIO, *, compressed_size: int, encoding: str = "", 
         source: BinaryIO = stream
         if encoding == "gzip":
             source = _Counted(gzip.GzipFile(fileobj=stream, mode="rb"), budget)
-        parsed = Parsed()
+        parsed = Parsed(keep_all=keep_all)
         renamer = DeviceNames(device)
         try:
             head = _peek(source, spool, budget)
