@@ -209,3 +209,20 @@ def test_an_upload_names_the_attempt_by_a_fresh_delivery(downstream, store):
     completed(ci, artifact_url="")
     response = upload(ci, JobResult(delivery_id=str(uuid.uuid4())), junit_xml())
     assert response.status_code == 404
+
+
+def test_the_l4_check_run_lists_the_failed_tests_of_the_parsed_report(downstream, store, fake_github):
+    ci = downstream("L4", device="npu")
+    data = zipped({"r.xml": junit_xml(passed=30, failed=3)})
+    artifact_id = fake_github.artifact_add(ci.repo, int(RUN_ID), name="test-reports", data=data)
+    url = f"https://github.com/{ci.repo}/actions/runs/{RUN_ID}/artifacts/{artifact_id}"
+    downstream_says = {"passed": 8430, "failed": 1, "skipped": 20, "failed_tests": ["what the downstream chose"]}
+
+    completed(ci, artifact_url=url, test_results=downstream_says)
+
+    last = fake_github.requests_to("PATCH", r"/repos/[^/]+/[^/]+/check-runs/\d+")[-1].json["output"]
+    assert "| 30 | 3 | 0 |" in last["summary"]
+    assert last["text"].startswith("### Failed tests\n")
+    listed = [line for line in last["text"].splitlines() if line.startswith("- ")]
+    assert listed == [f"- `test_ops.py::TestCommon{{DEVICE}}::test_mul_{{device}}_int{i}`" for i in range(3)]
+    assert "what the downstream chose" not in last["text"]
