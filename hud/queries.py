@@ -355,9 +355,9 @@ def job_tests(*, job_id: int) -> test_results.JobTests:
     return test_results.job_tests(job_id)
 
 
-def first_failing_tests(job_ids: list[int]) -> dict[int, list[test_results.CaseInfo]]:
-    """The first failing tests of each job, from its parsed report."""
-    return test_results.first_failing(job_ids)
+def first_failing_tests(job_ids: list[int], *, per_job: int) -> dict[int, list[test_results.CaseInfo]]:
+    """The first failing tests of each job, with their messages, from its parsed report (jobs without one: absent)."""
+    return test_results.first_failing(job_ids, per_job=per_job)
 
 
 def metrics(*, days: int, event: str, now: datetime | None = None) -> list[MetricsSeries]:

@@ -5,12 +5,14 @@ hud.queries is the interface the views use."""
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Window
+from django.db.models.functions import RowNumber
+
 from ootci.models import TestCase, TestReport
 
 # A message longer than this (or than FOLD_LINES lines) is shown folded on the job page.
 FOLD_CHARS = 300
 FOLD_LINES = 4
-PR_TESTS_PER_JOB = 5
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,18 @@ def job_tests(job_id: int) -> JobTests:
     return JobTests(reports, failing, flaky)
 
 
-def first_failing(job_ids: list[int], *, per_job: int = PR_TESTS_PER_JOB) -> dict[int, list[CaseInfo]]:
-    """The first ``per_job`` failing cases of each job (report order), for the PR page and the API."""
+def first_failing(job_ids: list[int], *, per_job: int) -> dict[int, list[CaseInfo]]:
+    """The first ``per_job`` failing cases of each job (report order), for the PR page: one query that reads only
+    those (a job may have thousands)."""
+    if not job_ids:
+        return {}
     found: dict[int, list[CaseInfo]] = {}
-    rows = TestCase.objects.filter(job_id__in=job_ids, status__in=TestCase.FAILING).order_by("job_id", "id")
-    for row in rows.values("job_id", *CASE_FIELDS).iterator():
-        shown = found.setdefault(row.pop("job_id"), [])
-        if len(shown) < per_job:
-            shown.append(CaseInfo(**row))
+    rows = (
+        TestCase.objects.filter(job_id__in=job_ids, status__in=TestCase.FAILING)
+        .annotate(n=Window(RowNumber(), partition_by="job_id", order_by="id"))
+        .filter(n__lte=per_job)
+        .order_by("job_id", "id")
+    )
+    for row in rows.values("job_id", *CASE_FIELDS):
+        found.setdefault(row.pop("job_id"), []).append(CaseInfo(**row))
     return found

@@ -48,7 +48,9 @@ def test_a_refused_report_says_why_on_the_job_page(client, npu, django_capture_o
     assert "refused" in html and "not JUnit" in html
 
 
-def test_the_pr_page_shows_the_first_failed_tests_from_the_report(client, npu, django_capture_on_commit_callbacks):
+def test_the_pr_page_shows_the_first_failed_tests_from_the_report_with_their_messages_folded(
+    client, npu, django_capture_on_commit_callbacks
+):
     pr = builders.pull_request(7, "a" * 40)
     dispatch = builders.dispatch(npu, sha="a" * 40, at=builders.ago(hours=2), pr=pr)
     job = builders.job(npu, name="test-1", conclusion="failure", dispatch_=dispatch)
@@ -56,8 +58,25 @@ def test_the_pr_page_shows_the_first_failed_tests_from_the_report(client, npu, d
 
     html = client.get("/oot/pr/7/").content.decode()
 
-    assert "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0" in html
-    assert "all 5 failed tests" in html
+    listed = html.split('aria-label="First failed tests of ci / test-1"')[1].split("</ul>")[0]
+    assert listed.count("<code>") == 3  # the first three of five
+    assert "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0" in listed
+    assert "test_mul_{device}_int3" not in listed
+    assert "<details><summary>" in listed and "AssertionError: 0 != 1" in listed  # the message, folded
+    assert "all 5 failed tests" in listed
+
+
+def test_the_pr_page_falls_back_to_the_callbacks_failed_tests_without_a_report(client, npu):
+    pr = builders.pull_request(8, "b" * 40)
+    dispatch = builders.dispatch(npu, sha="b" * 40, at=builders.ago(hours=2), pr=pr)
+    names = [f"test_a.py::test_{i}" for i in range(4)]
+    builders.job(npu, name="test-1", conclusion="failure", dispatch_=dispatch, failed=4, failed_tests=names)
+
+    html = client.get("/oot/pr/8/").content.decode()
+
+    listed = html.split('aria-label="First failed tests of ci / test-1"')[1].split("</ul>")[0]
+    assert listed.count("<code>") == 3 and "test_a.py::test_0" in listed and "<details>" not in listed
+    assert "all 4 failed tests" in listed
 
 
 def test_the_api_gives_the_reports_and_failing_tests(client, npu, django_capture_on_commit_callbacks):
