@@ -132,14 +132,7 @@ def _case_rows(report: TestReport) -> list[list[Any]]:
     longer parse (they did once: a parser change), which is logged."""
     job = report.job
     try:
-        with blobs.test_reports().open(report.store_key) as stream:
-            parsed = junit.report_parse(
-                stream,
-                compressed_size=report.size,
-                encoding=report.content_encoding,
-                device=job.backend.device,
-                keep_all=True,
-            )
+        parsed = junit.stored_report_parse(report, keep_all=True)
     except (blobs.Missing, junit.ReportRefused) as ex:
         logger.warning("test report %s: its cases are not copied to ClickHouse: %s", report.pk, ex)
         return []

@@ -24,7 +24,8 @@ from typing import BinaryIO
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
-from ootci.models.reports import MESSAGE_CAP
+from ootci import blobs
+from ootci.models.reports import MESSAGE_CAP, TestReport
 
 MAX_COMPRESSED = 50 * 1024 * 1024
 MAX_INFLATED = 1024 * 1024 * 1024
@@ -112,6 +113,19 @@ def report_parse(
     if parsed.files == 0:
         raise ReportRefused("The report holds no JUnit XML file.")
     return parsed
+
+
+def stored_report_parse(report: TestReport, *, keep_all: bool = False) -> Parsed:
+    """Parse ``report`` from its raw bytes in the intermediate store (TEST_REPORTS_URL) for its backend's device;
+    raises ReportRefused, blobs.Missing when the bytes are gone, or the store's error."""
+    with blobs.test_reports().open(report.store_key) as stream:
+        return report_parse(
+            stream,
+            compressed_size=report.size,
+            encoding=report.content_encoding,
+            device=report.job.backend.device,
+            keep_all=keep_all,
+        )
 
 
 class DeviceNames:

@@ -257,13 +257,7 @@ def test_report_parse(*, report_id: int) -> str:
             return report.state if report else "missing"
         job = report.job
         try:
-            with archive.test_reports().open(report.store_key) as stream:
-                parsed = junit.report_parse(
-                    stream,
-                    compressed_size=report.size,
-                    encoding=report.content_encoding,
-                    device=job.backend.device,
-                )
+            parsed = junit.stored_report_parse(report)
             others = TestReport.objects.filter(job=job, state=TestReport.State.PARSED).exclude(pk=report.pk)
             if parsed.cases + (others.aggregate(n=Sum("cases"))["n"] or 0) > junit.MAX_CASES:
                 raise junit.ReportRefused(f"The job attempt's reports hold more than {junit.MAX_CASES} test cases.")
