@@ -308,7 +308,7 @@ def command(sql: str, parameters: dict[str, Any] | None = None) -> None:
         ch.command(sql, parameters=parameters)
 
 
-def insert(rows_: list[list[Any]], *, column_names: list[str]) -> None:
-    """Insert ``rows_`` (values in the order of ``column_names``) into the table."""
+def insert(rows_: list[list[Any]], *, column_names: list[str], table: str = TABLE) -> None:
+    """Insert ``rows_`` (values in the order of ``column_names``) into the table (``oot_workflow_job`` unless told)."""
     with client() as ch:
-        ch.insert(TABLE, rows_, column_names=column_names)
+        ch.insert(table, rows_, column_names=column_names)

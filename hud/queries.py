@@ -39,7 +39,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud import clickhouse, pages, softcache
+from hud import clickhouse, pages, softcache, test_results
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -347,6 +347,16 @@ def pull_request(number: int) -> PrDetail | None:
 def job_detail(*, backend_id: int, job_id: int) -> JobDetail | None:
     """One job attempt of a backend with every attempt of the same job; None if it is not that backend's."""
     return pages.job_detail(store(), backend_id=backend_id, job_id=job_id)
+
+
+def job_tests(*, job_id: int) -> test_results.JobTests:
+    """A job attempt's test reports and every failing case (hud.test_results)."""
+    return test_results.job_tests(job_id)
+
+
+def first_failing_tests(job_ids: list[int], *, per_job: int) -> dict[int, list[test_results.CaseInfo]]:
+    """The first failing tests of each job, with their messages, from its parsed report (jobs without one: absent)."""
+    return test_results.first_failing(job_ids, per_job=per_job)
 
 
 def metrics(*, days: int, event: str, now: datetime | None = None) -> list[MetricsSeries]:

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud import api, views
+from hud import api, api_tests, views
 
 app_name = "hud"
 urlpatterns: list = [
@@ -19,5 +19,8 @@ urlpatterns: list = [
     path("api/oot/pr/<int:number>/", api.PullRequestView.as_view(), name="api-pull-request"),
     path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
     path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
+    path(
+        "api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/tests/", api_tests.JobTestsView.as_view(), name="api-job-tests"
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -96,7 +96,15 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
     # Failing backends first, where the reader looks (stable: queries' order within each part).
     groups = sorted(detail.groups, key=lambda group: not group_failing(group))
     failing = {group.backend.id for group in groups if group_failing(group)}
-    context = {"pr": detail, "groups": groups, "failing": failing, "first_failed": FIRST_FAILED_TESTS}
+    failed_jobs = [job.id for group in groups for job in group.jobs if job.outcome in FAILING]
+    reported = queries.first_failing_tests(failed_jobs, per_job=FIRST_FAILED_TESTS)
+    context = {
+        "pr": detail,
+        "groups": groups,
+        "failing": failing,
+        "first_failed": FIRST_FAILED_TESTS,
+        "reported": reported,
+    }
     return render_page(request, "pull_request", context)
 
 
@@ -113,6 +121,7 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
     if detail is None:
         raise Http404(f"{info.repo} has no job {job_id}")
     context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
+    context["tests"] = queries.job_tests(job_id=detail.job.id)
     return render_page(request, "job", context)
 
 

@@ -24,13 +24,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ootci.models import Dispatch, JobResult
+from ootci.models import Dispatch, JobResult, TestReport
 from ootci.replication import job_results_changed
 
 Status, Source = JobResult.Status, JobResult.Source
 # How often a write that lost a race is decided again before giving up (each retry means another writer succeeded).
 MAX_TRIES = 5
 RECORDED = "SELECT * FROM ootci_jobresult WHERE " + " AND ".join(f"{name} = %s" for name in JobResult.ATTEMPT_FIELDS)
+# The fields a parsed test report sets on its job (relay.test_reports), over what the completed callback stated.
+REPORT_COUNTS = frozenset({"passed", "failed", "skipped", "failed_tests"})
 
 
 class JobConflict(Exception):
@@ -118,12 +120,17 @@ def transition(job: JobResult, report: Report) -> dict[str, Any]:
         )
     # A genuine completion replaces the relay's timed_out verdict: the job was slow, not lost.
     if completed and not job.relay_decided:
-        if same:
+        if same or _counted_by_report(job, changed):
             return {}
         if report.merge:
             return changed
         raise JobConflict(f"{job_label(job.attempt_key)} already completed differently ({_diff(job, stated)}).")
     return _completion(job, report)
+
+
+def _counted_by_report(job: JobResult, changed: dict[str, Any]) -> bool:
+    """A repeated completion whose test counts differ only because a parsed test report replaced them: a repeat."""
+    return set(changed) <= REPORT_COUNTS and job.test_reports.filter(state=TestReport.State.PARSED).exists()
 
 
 def _completion(job: JobResult, report: Report) -> dict[str, Any]:

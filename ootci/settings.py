@@ -197,6 +197,8 @@ CLICKHOUSE_URL = env.str("CLICKHOUSE_URL", default="")
 ARCHIVE_URL = env.str("ARCHIVE_URL", default="")
 # The intermediate store of raw test reports and job logs (relay.archive): s3://bucket/prefix or file:///path.
 TEST_REPORTS_URL = env.str("TEST_REPORTS_URL", default="") or (BASE_DIR / "var" / "test-reports").as_uri()
+# Days raw test reports stay in TEST_REPORTS_URL (parsed rows stay); the daily "relay: clean test reports" schedule.
+TEST_REPORTS_RETENTION_DAYS = env.int("TEST_REPORTS_RETENTION_DAYS", default=30)
 AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay import check_runs, ratelimit
+from relay import check_runs, ratelimit, test_reports
 from relay.tokens import callback_token_matches
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,8 @@ def callback_accept(
     applied.job.backend = backend
     if applied.changed and dispatch is not None:
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
+    if applied.changed:
+        test_reports.job_reports_pull_wanted(applied.job)
     return CallbackOutcome(applied.job, applied.changed)
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, BinaryIO
 
 import requests
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -234,27 +234,32 @@ def check_suite_check_runs(*, repo: str, check_suite_id: int) -> list[dict[str, 
 
     Each is ``{"id", "name", "external_id", "app_id"}``. Pages of 100 until a short page or ``total_count``.
     """
-    client = installation_client(repo=repo)
     path = f"/repos/{repo}/check-suites/{check_suite_id}/check-runs"
-    runs: list[dict[str, Any]] = []
+    return [
+        {
+            "id": run.get("id"),
+            "name": run.get("name") or "",
+            "external_id": run.get("external_id") or "",
+            "app_id": _app_id(run),
+        }
+        for run in _listing(repo=repo, path=path, key="check_runs")
+    ]
+
+
+def _listing(*, repo: str, path: str, key: str) -> list[Any]:
+    """Every item under ``key`` of a paged GET listing: pages of 100 until a short page or ``total_count``."""
+    client = installation_client(repo=repo)
+    items: list[Any] = []
     page = 1
     while True:
         query = {"per_page": 100, "page": page}
         data = _calling(
             repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
         )
-        batch = data.get("check_runs") or []
-        runs.extend(
-            {
-                "id": run.get("id"),
-                "name": run.get("name") or "",
-                "external_id": run.get("external_id") or "",
-                "app_id": _app_id(run),
-            }
-            for run in batch
-        )
-        if len(batch) < 100 or len(runs) >= int(data.get("total_count") or 0):
-            return runs
+        batch = data.get(key) or []
+        items.extend(batch)
+        if len(batch) < 100 or len(items) >= int(data.get("total_count") or 0):
+            return items
         page += 1
 
 
@@ -294,3 +299,56 @@ def _calling(repo: str, what: str, call: Any) -> Any:
 
 def _app_id(check_run: dict[str, Any]) -> str:
     return str((check_run.get("app") or {}).get("id") or "")
+
+
+# --- Actions artifacts (test reports) ----------------------------------------------------------
+
+
+def run_artifacts(*, repo: str, run_id: int) -> list[dict[str, Any]]:
+    """GET /repos/{repo}/actions/runs/{run_id}/artifacts: ``{"id", "name", "size_in_bytes", "expired"}`` of each
+    artifact of that run, pages of 100."""
+    path = f"/repos/{repo}/actions/runs/{run_id}/artifacts"
+    return [
+        {
+            "id": int(item["id"]),
+            "name": str(item.get("name") or ""),
+            "size_in_bytes": int(item.get("size_in_bytes") or 0),
+            "expired": bool(item.get("expired")),
+        }
+        for item in _listing(repo=repo, path=path, key="artifacts")
+        if isinstance(item, dict) and str(item.get("id", "")).isdigit()
+    ]
+
+
+def artifact_download(*, repo: str, artifact_id: int, into: BinaryIO, max_bytes: int) -> int:
+    """GET /repos/{repo}/actions/artifacts/{id}/zip into ``into``; returns the bytes written.
+
+    GitHub answers 302 to a short-lived storage URL, which is fetched WITHOUT our Authorization header (the
+    installation token must not leave GitHub's API). More than ``max_bytes`` raises ``TooLarge``.
+    """
+    path = f"/repos/{repo}/actions/artifacts/{artifact_id}/zip"
+    headers = {"Authorization": f"token {installation_token(repo=repo)}", "Accept": "application/vnd.github+json"}
+    timeout = settings.GITHUB_TIMEOUT_SECONDS
+    try:
+        answer = requests.get(settings.GITHUB_API_URL + path, headers=headers, allow_redirects=False, timeout=timeout)
+        if answer.status_code in (301, 302, 303, 307, 308) and answer.headers.get("Location"):
+            location = answer.headers["Location"]
+            answer = requests.get(location, stream=True, allow_redirects=False, timeout=timeout)
+        if answer.status_code != 200:
+            if answer.status_code in (401, 404):
+                tokens_forget(repo=repo)
+            raise _error(answer.status_code, dict(answer.headers), _json(answer.text[:2000]), f"GET {path}")
+        written = 0
+        for chunk in answer.iter_content(1024 * 1024):
+            written += len(chunk)
+            if written > max_bytes:
+                raise TooLarge(f"artifact {artifact_id} of {repo} is over {max_bytes} bytes")
+            into.write(chunk)
+        return written
+    except requests.RequestException as e:
+        what = f"downloading artifact {artifact_id} of {repo}"
+        raise GitHubError(f"GitHub unreachable {what}: {e}", retryable=True) from e
+
+
+class TooLarge(GitHubError):
+    pass

@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, journal, outbox, reruns, sweeper
+from relay import check_runs, intake, journal, outbox, reruns, sweeper, test_reports
 
 logger = logging.getLogger(__name__)
 
@@ -71,3 +71,21 @@ def pull_request_check_runs_backfill(delivery_pk: int) -> int:
 def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = None) -> dict[str, int]:
     """The effect of a re-run request (relay.intake.EFFECT_TASKS); retries schedule it again."""
     return reruns.rerun_request_handle(delivery_pk=delivery_pk, attempt=attempt, only=only)
+
+
+# --- test reports ------------------------------------------------------------------------------
+
+
+def job_reports_pull(job_id: int, attempt: int = 1) -> dict[str, int]:
+    """Enqueued on commit by a completed callback of a GitHub Actions job; retries schedule it again."""
+    return test_reports.job_reports_pull(job_id=job_id, attempt=attempt)
+
+
+def test_report_parse(report_id: int) -> str:
+    """Enqueued on commit when a report's raw bytes are stored (pulled, uploaded or marked for re-parse)."""
+    return test_reports.test_report_parse(report_id=report_id)
+
+
+def test_reports_clean() -> int:
+    """Scheduled daily (relay/migrations/0004_test_reports_clean_schedule.py)."""
+    return test_reports.test_reports_clean()

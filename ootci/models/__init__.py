@@ -1,6 +1,7 @@
 """The shared domain's models, one module per area; everything is importable from ``ootci.models``.
 
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
+- ``reports``: per-test results (TestReport, TestCase).
 """
 
 from ootci.models.core import (
@@ -18,6 +19,7 @@ from ootci.models.core import (
     lost_cutoff,
     validate_repo,
 )
+from ootci.models.reports import TestCase, TestReport
 
 __all__ = [
     "REPO_PATTERN",
@@ -30,6 +32,8 @@ __all__ = [
     "JobResult",
     "LevelChange",
     "PullRequest",
+    "TestCase",
+    "TestReport",
     "default_events",
     "lost_cutoff",
     "validate_repo",

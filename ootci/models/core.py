@@ -42,6 +42,11 @@ class Backend(models.Model):
     oncalls = models.JSONField(default=list, blank=True, help_text="GitHub handles, without @")
     events = models.JSONField(default=default_events, help_text="Upstream events relayed to this backend")
     enabled = models.BooleanField(default=True)
+    report_pattern = models.CharField(
+        max_length=100,
+        default="test-reports*",
+        help_text="Artifacts of a run whose name matches this glob and contains the job name are its test reports.",
+    )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -113,6 +113,12 @@ class FakeGitHub:
         self.route("GET", REPO + r"/check-suites/(?P<id>\d+)/check-runs")(_check_suite_check_runs)
         self.route("GET", REPO + r"/commits/(?P<sha>[0-9a-fA-F]{7,40})/check-runs")(_commit_check_runs)
         self.route("POST", REPO + r"/actions/runs/(?P<id>\d+)/rerun-failed-jobs")(_rerun_failed_jobs)
+        # Actions artifacts: (repo lower case, run id) → artifacts as GitHub lists them, each with its zip's bytes;
+        # the zip is served by a 302 to a storage URL that refuses an Authorization header (as GitHub's blob store).
+        self.artifacts: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.route("GET", REPO + r"/actions/runs/(?P<id>\d+)/artifacts")(_run_artifacts)
+        self.route("GET", REPO + r"/actions/artifacts/(?P<id>\d+)/zip")(_artifact_zip)
+        self.route("GET", r"/storage/artifacts/(?P<id>\d+)")(_artifact_storage)
 
     # --- programming ----------------------------------------------------------------------------
 
@@ -129,6 +135,20 @@ class FakeGitHub:
         """Answer the next requests to exactly ``method path`` with ``replies``, then as usual."""
         with self._lock:
             self._scripts.setdefault((method, path), deque()).extend(replies)
+
+    def artifact_add(self, repo: str, run_id: int, *, name: str, data: bytes) -> int:
+        """An artifact of a workflow run, as ``actions/upload-artifact`` would leave it; returns its id."""
+        with self._lock:
+            artifact_id = 9_000_000 + sum(len(v) for v in self.artifacts.values()) + 1
+            self.artifacts.setdefault((repo.lower(), run_id), []).append(
+                {"id": artifact_id, "name": name, "data": data, "repo": repo.lower(), "run_id": run_id}
+            )
+        return artifact_id
+
+    def _artifact(self, artifact_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            found = [a for items in self.artifacts.values() for a in items if a["id"] == artifact_id]
+        return found[0] if found else None
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -259,11 +279,12 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         request.status = reply.status
         with self.fake._lock:
             self.fake.requests.append(request)
-        payload = b"" if reply.body is None else json.dumps(reply.body).encode()
+        raw = isinstance(reply.body, bytes)  # a file (an artifact's zip), not JSON
+        payload = reply.body if raw else b"" if reply.body is None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", "application/zip" if raw else "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -444,3 +465,41 @@ def _rerun_failed_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply
             403, {"message": "This workflow is already running", "documentation_url": "https://docs.github.com/rest"}
         )
     return Reply(201, {})
+
+
+def _artifact_json(fake: FakeGitHub, artifact: dict[str, Any]) -> dict[str, Any]:
+    base = f"{fake.url}/repos/{artifact['repo']}/actions/artifacts/{artifact['id']}"
+    return {
+        "id": artifact["id"],
+        "name": artifact["name"],
+        "size_in_bytes": len(artifact["data"]),
+        "url": base,
+        "archive_download_url": base + "/zip",
+        "expired": False,
+        "workflow_run": {"id": artifact["run_id"]},
+    }
+
+
+def _run_artifacts(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    with fake._lock:
+        items = list(fake.artifacts.get((f"{m['owner']}/{m['repo']}".lower(), int(m["id"])), []))
+    return Reply(200, {"total_count": len(items), "artifacts": [_artifact_json(fake, a) for a in items]})
+
+
+def _artifact_zip(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    artifact = fake._artifact(int(m["id"]))
+    if artifact is None or artifact["repo"] != f"{m['owner']}/{m['repo']}".lower():
+        return Reply(404, {"message": "Not Found"})
+    return Reply(302, None, {"Location": f"{fake.url}/storage/artifacts/{artifact['id']}?sig=signed"})
+
+
+def _artifact_storage(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    # The blob store's URL is signed: a request that also carries a token is refused, as Azure does.
+    if "authorization" in request.headers:
+        return Reply(400, {"message": "Authorization header not allowed with a signed URL"})
+    artifact = fake._artifact(int(m["id"]))
+    return Reply(200, artifact["data"]) if artifact else Reply(404, {"message": "BlobNotFound"})

@@ -189,8 +189,8 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
         # the cells; the PR titles
         ("/oot/acme/npu/", 8),
-        ("/oot/pr/101/", 4),
-        ("/oot/acme/npu/jobs/{job}/", 4),
+        ("/oot/pr/101/", 5),  # + the first failing tests of its failing jobs
+        ("/oot/acme/npu/jobs/{job}/", 5),  # + its test reports
         ("/oot/metrics/", 3),
     ],
 )

@@ -21,6 +21,8 @@ from ootci.models import (
     Dispatch,
     JobResult,
     PullRequest,
+    TestCase,
+    TestReport,
 )
 
 # repo, level, device, on-calls, (workflow, [jobs]), failure rate, infra rate, median queue seconds
@@ -66,6 +68,17 @@ TITLES = [
 OPS = ["index_put", "scatter_add", "layer_norm", "conv2d", "softmax", "cumsum", "topk", "embedding_bag"]
 AUTHORS = ["alice", "bob", "chen", "dmitri", "eun-ji", "farah", "gianni", "hana"]
 PR_COUNT = 220
+REPORTS = 400  # the latest jobs with test counts get a parsed test report
+TRACEBACK = "\n".join(
+    [
+        "Traceback (most recent call last):",
+        '  File "torch/testing/_internal/common_utils.py", line 3120, in wrapper',
+        "    method(*args, **kwargs)",
+        '  File "test/test_ops.py", line 412, in test_out',
+        "    self.assertEqual(expected, out)",
+        "AssertionError: Tensor-likes are not close!",
+    ]
+)
 DAYS = 30
 
 
@@ -89,6 +102,7 @@ class Command(BaseCommand):
             self.pushes_and_nightlies(backends)
             Dispatch.objects.bulk_create(self.dispatches, batch_size=2000)
             JobResult.objects.bulk_create(self.jobs, batch_size=2000)
+            self.test_reports()
             self.rejections()
         self.stdout.write(
             f"Demo data: {len(backends)} backends, "
@@ -316,6 +330,62 @@ class Command(BaseCommand):
                     wanted,
                     run_id=run_id,
                 )
+
+    def test_reports(self) -> None:
+        """Parsed reports for the latest completed jobs that reported counts: thousands of cases each, the job's
+        failed tests with messages, a few flaky tests that passed on a rerun. As the parser would write them (the raw
+        bytes are not in the demo store: a re-parse of a demo report fails, and says so)."""
+        rng = self.rng
+        jobs = sorted((j for j in self.jobs if j.passed is not None and j.pk), key=lambda j: j.created_at)[-REPORTS:]
+        reports, cases = [], []
+        for job in jobs:
+            flaky = rng.sample(TESTS, 1) if rng.random() < 0.3 else []
+            report = TestReport(
+                job=job,
+                source=TestReport.Source.ARTIFACT,
+                artifact_name=f"test-reports-{job.job_name}",
+                digest=sha("report", job.pk),
+                size=job.passed * 40,
+                content_type="application/zip",
+                store_key=f"demo/{job.pk}",
+                state=TestReport.State.PARSED,
+                cases=job.passed + job.failed + job.skipped,
+                passed=job.passed,
+                failed=job.failed,
+                skipped=job.skipped,
+                reruns=len(flaky) + 2 * len(job.failed_tests),
+                duration=round(job.execution_time or 0, 3),
+                received_at=job.completed_at or job.created_at,
+                parsed_at=job.completed_at or job.created_at,
+            )
+            reports.append(report)
+            for name in job.failed_tests:
+                file, klass, test = name.split("::")
+                mismatched = f"Mismatched elements: {rng.randint(1, 90)} / 100"
+                message = f"AssertionError: Tensor-likes are not close!\n\n{mismatched}"
+                cases.append((report, job, file, klass, test, "failed", 2, message + "\n" + TRACEBACK))
+            for name in flaky:
+                file, klass, test = name.split("::")
+                cases.append((report, job, file, klass, test, "passed", 1, ""))
+        TestReport.objects.bulk_create(reports, batch_size=2000)
+        TestCase.objects.bulk_create(
+            [
+                TestCase(
+                    report=report,
+                    job=job,
+                    file=file.removeprefix("test/"),
+                    classname=klass,
+                    name=test,
+                    test_id=f"{file.removeprefix('test/')}::{klass.replace('PRIVATEUSE1', '{DEVICE}')}::{test}",
+                    status=status,
+                    duration=round(rng.uniform(0.01, 3), 3),
+                    reruns=reruns,
+                    message=message,
+                )
+                for report, job, file, klass, test, status, reruns, message in cases
+            ],
+            batch_size=2000,
+        )
 
     def rejections(self) -> None:
         details = [

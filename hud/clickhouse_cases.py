@@ -1,0 +1,156 @@
+"""Every case of every parsed test report in ClickHouse (`oot_test_case`), for per-test lookups across backends.
+
+PostgreSQL keeps only the cases that did not simply pass (TestCase); the raw report bytes stay in the intermediate
+store (`ootci.blobs`), so this copy reads them again and parses them with the same parser (`ootci.junit`), keeping
+every case. It runs with the job-result replication (`hud.tasks.clickhouse_replicate`: every minute, and after a
+parse, which changes its job's counts) and follows the same high-water mark (`hud.models.ReplicationCursor`), here
+over TestReport rows in parsed state ordered by (parsed_at, id): the cursor moves only after ClickHouse accepted a
+batch, so nothing is lost while ClickHouse is down, and reports whose parse committed late are read again within
+`OVERLAP`. Re-sent rows (the overlap, a re-parse, a run that stopped after its insert) have the same sorting key
+and collapse in the ReplacingMergeTree; read the table `FINAL`.
+
+Runs need no lock: two at once send the same rows, which collapse, and the cursor never moves back.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from hud import clickhouse
+from hud.clickhouse_replication import OVERLAP, _micros
+from hud.models import ReplicationCursor
+from ootci import blobs, junit
+from ootci.models import TestReport
+
+logger = logging.getLogger(__name__)
+
+TABLE = "oot_test_case"
+CURSOR_NAME = TABLE
+REPORTS_PER_READ = 50
+BATCH_ROWS = 50_000
+
+# `reported_at` is when the report arrived (TestReport.received_at, after the job finished for a pulled artifact):
+# unlike the job's finish time it never changes, so every copy of a case has the same sorting key and collapses.
+SCHEMA = f"""
+    CREATE TABLE IF NOT EXISTS {TABLE} (
+        generic_id String COMMENT 'TestCase.test_id: file::Class::name with the device made generic',
+        backend_id UInt64,
+        reported_at DateTime64(6, 'UTC') COMMENT 'TestReport.received_at',
+        report_id UInt64,
+        ordinal UInt32 COMMENT 'position of the case in its report',
+        backend_repo LowCardinality(String),
+        job_id UInt64,
+        event_type LowCardinality(String),
+        pr_number Nullable(UInt32),
+        job_sha String,
+        workflow_name LowCardinality(String),
+        job_name LowCardinality(String),
+        file LowCardinality(String),
+        classname LowCardinality(String),
+        name String,
+        status LowCardinality(String),
+        duration Float64,
+        reruns UInt32,
+        message String,
+        version UInt64 COMMENT 'TestReport.parsed_at in microseconds: the latest parse wins'
+    )
+    ENGINE = ReplacingMergeTree(version)
+    PARTITION BY toYYYYMM(reported_at)
+    ORDER BY (generic_id, backend_id, reported_at, report_id, ordinal)
+"""
+COLUMNS = [
+    "generic_id",
+    "backend_id",
+    "reported_at",
+    "report_id",
+    "ordinal",
+    "backend_repo",
+    "job_id",
+    "event_type",
+    "pr_number",
+    "job_sha",
+    "workflow_name",
+    "job_name",
+    "file",
+    "classname",
+    "name",
+    "status",
+    "duration",
+    "reruns",
+    "message",
+    "version",
+]
+
+
+def ensure_schema() -> None:
+    clickhouse.command(SCHEMA)
+
+
+def replicate() -> int:
+    """Copy every case of the reports parsed since the cursor; returns the cases sent. When ClickHouse (ClickHouseError)
+    or the intermediate store fails, the cursor records the error and it is raised: the next run starts where this
+    one's last accepted batch ended."""
+    cursor, _ = ReplicationCursor.objects.get_or_create(name=CURSOR_NAME)
+    started = timezone.now()
+    after = cursor.start_position(bound=started - OVERLAP)
+    sent = 0
+    try:
+        with clickhouse.session():
+            ensure_schema()
+            while reports := _reports_after(after):
+                rows: list[list[Any]] = []
+                for report in reports:
+                    rows += _case_rows(report)
+                    after = (report.parsed_at, report.pk)
+                    if len(rows) >= BATCH_ROWS or report is reports[-1]:
+                        if rows:
+                            clickhouse.insert(rows, column_names=COLUMNS, table=TABLE)
+                        cursor.advance(updated_at=after[0], row_id=after[1], rows=len(rows))
+                        sent, rows = sent + len(rows), []
+                if len(reports) < REPORTS_PER_READ:
+                    break
+    except Exception as ex:  # ClickHouse or the intermediate store: recorded, and the task shows the failure
+        cursor.fail(error=str(ex), at=timezone.now())
+        raise
+    cursor.finish(reread_from=started - OVERLAP, at=timezone.now())
+    return sent
+
+
+def _reports_after(after: tuple[datetime, int] | None) -> list[TestReport]:
+    reports = TestReport.objects.filter(state=TestReport.State.PARSED).select_related("job__backend")
+    if after is not None:
+        parsed_at, report_id = after
+        reports = reports.filter(Q(parsed_at__gt=parsed_at) | Q(pk__gt=report_id), parsed_at__gte=parsed_at)
+    return list(reports.order_by("parsed_at", "pk")[:REPORTS_PER_READ])
+
+
+def _case_rows(report: TestReport) -> list[list[Any]]:
+    """Every case of ``report``, parsed again from its stored bytes; none when the bytes are gone (retention) or no
+    longer parse (they did once: a parser change), which is logged."""
+    job = report.job
+    try:
+        parsed = junit.stored_report_parse(report, keep_all=True)
+    except (blobs.Missing, junit.ReportRefused) as ex:
+        logger.warning("test report %s: its cases are not copied to ClickHouse: %s", report.pk, ex)
+        return []
+    of_report = {
+        "backend_id": job.backend_id,
+        "reported_at": report.received_at,
+        "report_id": report.pk,
+        "backend_repo": job.backend.repo,
+        "job_id": job.pk,
+        "event_type": job.event_type,
+        "pr_number": job.pr_number,
+        "job_sha": job.job_sha,
+        "workflow_name": job.workflow_name,
+        "job_name": job.job_name,
+        "version": _micros(report.parsed_at),
+    }
+    rows = []
+    for ordinal, case in enumerate(parsed.kept):
+        row = of_report | vars(case) | {"generic_id": case.test_id, "ordinal": ordinal}
+        rows.append([row[column] for column in COLUMNS])
+    return rows

@@ -1,0 +1,97 @@
+"""Per-test results: the raw test reports of a job attempt (pulled from its GitHub Actions artifact or uploaded)
+and the cases parsed from them that did not simply pass.
+
+Rows are written by trusted tasks only (relay.test_reports): downstream CI sends bytes, never rows.
+"""
+
+from django.db import models
+from django.utils import timezone
+
+from ootci.models.core import JobResult
+
+MESSAGE_CAP = 2048  # characters of a failure message kept per case
+
+
+class TestReport(models.Model):
+    """One raw report file (JUnit XML, or a zip/tar.gz of them) of a job attempt, kept in the intermediate store
+    (TEST_REPORTS_URL) under ``store_key`` and parsed by a task."""
+
+    __test__ = False  # not a pytest class
+
+    class Source(models.TextChoices):
+        ARTIFACT = "artifact", "GitHub Actions artifact"
+        UPLOAD = "upload", "direct upload"
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        PARSED = "parsed"
+        REFUSED = "refused", "refused (hostile or over a cap)"
+        FAILED = "failed", "failed (stored bytes unreadable)"
+
+    job = models.ForeignKey(JobResult, on_delete=models.CASCADE, related_name="test_reports")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    artifact_id = models.BigIntegerField(null=True, blank=True, help_text="GitHub's artifact id (artifact source)")
+    artifact_name = models.CharField(max_length=255, blank=True)
+    digest = models.CharField(max_length=64, help_text="sha256 of the stored bytes")
+    size = models.BigIntegerField(help_text="Bytes as received (compressed)")
+    content_type = models.CharField(max_length=100, blank=True)
+    content_encoding = models.CharField(max_length=20, blank=True)
+    store_key = models.CharField(max_length=500, help_text="Key in TEST_REPORTS_URL")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
+    reason = models.TextField(blank=True, help_text="Why it was refused or failed")
+    cases = models.PositiveIntegerField(default=0)
+    passed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    xfailed = models.PositiveIntegerField(default=0)
+    xpassed = models.PositiveIntegerField(default=0)
+    reruns = models.PositiveIntegerField(default=0, help_text="Rerun/flaky markers counted over all cases")
+    duration = models.FloatField(default=0, help_text="Sum of the cases' times, seconds")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    parsed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["job", "digest"], name="testreport_unique_bytes_per_job")]
+
+    def __str__(self) -> str:
+        return f"{self.source} report {self.digest[:12]} of job {self.job_id} ({self.state})"
+
+
+class TestCase(models.Model):
+    """A case of a parsed report that did not simply pass: failed, errored, skipped, xfail/xpass, or passed only
+    after reruns (flaky). Passing cases are counted on the report, not stored here."""
+
+    __test__ = False
+
+    class Status(models.TextChoices):
+        PASSED = "passed"
+        FAILED = "failed"
+        ERROR = "error"
+        SKIPPED = "skipped"
+        XFAIL = "xfail"
+        XPASS = "xpass"
+
+    report = models.ForeignKey(TestReport, on_delete=models.CASCADE, related_name="test_cases")
+    job = models.ForeignKey(JobResult, on_delete=models.CASCADE, related_name="test_cases")
+    file = models.CharField(max_length=500, blank=True)
+    classname = models.CharField(max_length=500, blank=True)
+    name = models.CharField(max_length=1000)
+    test_id = models.CharField(max_length=1000, help_text="file::Class::name with the device made generic")
+    status = models.CharField(max_length=10, choices=Status.choices)
+    duration = models.FloatField(default=0)
+    reruns = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True, help_text=f"The first {MESSAGE_CAP} characters")
+
+    FAILING = (Status.FAILED, Status.ERROR, Status.XPASS)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["job", "status"], name="testcase_job_status"),
+            models.Index(fields=["test_id"], name="testcase_test_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.test_id} {self.status}"

@@ -1,0 +1,133 @@
+"""Every case of every parsed test report copied to ClickHouse (`oot_test_case`) against the real embedded engine
+(chdb), from the raw bytes in the intermediate store, with the high-water mark of the job-result replication."""
+
+import io
+
+import pytest
+
+from hud import clickhouse, clickhouse_cases, tasks
+from hud.models import ReplicationCursor
+from ootci.models import TestCase, TestReport
+from relay import test_reports
+from tests.hud import builders
+from tests.relay.reports import junit_xml
+
+pytestmark = pytest.mark.django_db
+
+MUL0 = "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0"
+
+
+@pytest.fixture
+def chdb(settings, tmp_path):
+    settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
+    return tmp_path / "clickhouse"
+
+
+@pytest.fixture
+def npu(make_backend, settings, tmp_path):
+    settings.TEST_REPORTS_URL = (tmp_path / "reports").as_uri()
+    return make_backend(repo="acme/npu", level="L2", device="npu")
+
+
+@pytest.fixture
+def parsed(npu, django_capture_on_commit_callbacks):
+    """A job with a report stored and parsed (tasks inline), as the relay does it."""
+    counter = iter(range(1, 1000))
+
+    def parse(data: bytes) -> TestReport:
+        job = builders.job(npu, name=f"test-{next(counter)}", conclusion="failure")
+        with django_capture_on_commit_callbacks(execute=True):
+            received = test_reports.spooled(io.BytesIO(data), limit=10**8)
+            report, _ = test_reports.report_store(job=job, received=received, source="upload")
+        report.refresh_from_db()
+        assert report.state == "parsed", report.reason
+        return report
+
+    return parse
+
+
+def cases() -> list[dict]:
+    return clickhouse.select(f"SELECT * FROM {clickhouse_cases.TABLE} FINAL ORDER BY report_id, ordinal")
+
+
+def cursor() -> ReplicationCursor:
+    return ReplicationCursor.objects.get(name=clickhouse_cases.CURSOR_NAME)
+
+
+def test_every_case_is_copied_passed_ones_too(chdb, npu, parsed):
+    report = parsed(junit_xml(passed=50, failed=2, reruns=1))
+
+    tasks.clickhouse_replicate()
+
+    rows = cases()
+    assert TestCase.objects.filter(report=report).count() == 2  # PostgreSQL keeps the failing ones only
+    assert len(rows) == 52 == report.cases
+    assert [r["ordinal"] for r in rows] == list(range(52))
+    assert {r["status"] for r in rows[:50]} == {"passed"}
+    failed = rows[50]
+    assert (failed["generic_id"], failed["status"], failed["reruns"]) == (MUL0, "failed", 1)
+    assert "AssertionError: 0 != 1" in failed["message"]
+    assert (failed["backend_id"], failed["backend_repo"], failed["job_id"]) == (npu.pk, "acme/npu", report.job_id)
+    assert failed["reported_at"] == report.received_at
+    assert rows[0]["generic_id"] == "test_ops.py::TestCommon{DEVICE}::test_add_{device}_float0"
+
+
+def test_cases_can_be_looked_up_per_test_across_reports(chdb, parsed):
+    first, second = parsed(junit_xml(passed=3, failed=1)), parsed(junit_xml(passed=3, failed=2))
+    tasks.clickhouse_replicate()
+
+    history = clickhouse.select(
+        f"SELECT report_id, status FROM {clickhouse_cases.TABLE} FINAL WHERE generic_id = %(id)s ORDER BY reported_at",
+        {"id": MUL0},
+    )
+    assert history == [{"report_id": first.pk, "status": "failed"}, {"report_id": second.pk, "status": "failed"}]
+
+
+def test_nothing_is_lost_while_clickhouse_is_down(chdb, parsed, settings):
+    first = parsed(junit_xml(passed=5, failed=1))
+    tasks.clickhouse_replicate()
+    before = cursor()
+
+    settings.CLICKHOUSE_URL = "http://127.0.0.1:1/ootci"
+    later = [parsed(junit_xml(passed=7, failed=1)), parsed(junit_xml(passed=2, failed=3))]  # parsed while it is down
+    with pytest.raises(clickhouse.ClickHouseError):
+        tasks.clickhouse_replicate()
+    assert (cursor().last_updated_at, cursor().last_id) == (before.last_updated_at, first.pk)
+
+    settings.CLICKHOUSE_URL = f"chdb://{chdb}"
+    tasks.clickhouse_replicate()
+
+    rows = cases()
+    assert [(r["report_id"], r["ordinal"]) for r in rows] == [
+        (report.pk, n) for report in (first, *later) for n in range(report.cases)
+    ]
+    assert (cursor().last_id, cursor().last_error) == (later[-1].pk, "")
+
+
+def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks):
+    report = parsed(junit_xml(passed=20, failed=2))
+    tasks.clickhouse_replicate()
+    tasks.clickhouse_replicate()  # the overlap reads the report again
+
+    with django_capture_on_commit_callbacks(execute=True):
+        test_reports.test_reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
+    tasks.clickhouse_replicate()
+
+    assert cursor().rows_copied >= 3 * 22  # every case sent at least three times
+    rows = cases()
+    assert len(rows) == 22
+    report.refresh_from_db()
+    assert {r["version"] for r in rows} == {clickhouse_cases._micros(report.parsed_at)}
+
+
+def test_a_report_whose_bytes_are_gone_is_passed_over(chdb, parsed, tmp_path, settings):
+    settings.CLICKHOUSE_URL = ""  # no copy at parse time
+    gone = parsed(junit_xml(passed=4, failed=1))
+    kept = parsed(junit_xml(passed=2, failed=1))
+    (tmp_path / "reports" / gone.store_key).unlink()  # retention deleted it before a copy
+
+    settings.CLICKHOUSE_URL = f"chdb://{chdb}"
+    tasks.clickhouse_replicate()
+
+    assert {r["report_id"] for r in cases()} == {kept.pk}
+    assert cursor().last_id == kept.pk

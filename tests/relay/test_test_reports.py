@@ -1,0 +1,228 @@
+"""Test reports end to end over real HTTP: uploaded with the job's OIDC token, or pulled by us from the run's
+GitHub Actions artifact (the fake GitHub: listing, 302, zip), stored raw (folder or moto S3), parsed by the task."""
+
+import gzip
+import uuid
+
+import pytest
+import requests
+from django.core.management import call_command
+
+from ootci.models import JobResult, TestCase, TestReport
+from relay import archive, test_reports
+from tests.ootci.test_junit import BILLION_LAUGHS
+from tests.relay.reports import junit_xml, zipped
+from tests.relay.test_archive import s3  # noqa: F401 - the moto S3 server fixture
+
+RUN_ID = "24033272679"  # the run of the recorded completed callback
+QUERY = {"workflow": "npu-ci", "job": "test-npu-float32", "run_id": RUN_ID, "run_attempt": 1}
+
+
+@pytest.fixture
+def store(settings, tmp_path):
+    settings.TEST_REPORTS_URL = (tmp_path / "reports").as_uri()
+    return tmp_path / "reports"
+
+
+def completed(ci, dispatch=None, **workflow) -> JobResult:
+    dispatch = dispatch or ci.dispatch()
+    response = ci.post(ci.body("pull_request.completed.failure", dispatch, **workflow))
+    assert response.status_code == 200, response.text
+    return JobResult.objects.get(backend=ci.backend, delivery_id=dispatch.delivery.delivery_id)
+
+
+def upload(ci, job: JobResult, data: bytes, *, token=None, content_type="application/xml", headers=None, **query):
+    params = {**QUERY, "delivery_id": job.delivery_id, **query}
+    sent = {"Authorization": f"Bearer {token or ci.issuer.token(repository=ci.repo)}", "Content-Type": content_type}
+    url = ci.url.replace("/github/callback", "/github/test-report")
+    return requests.post(url, params=params, data=data, headers={**sent, **(headers or {})}, timeout=30)
+
+
+def test_an_uploaded_report_is_stored_parsed_and_counted_on_its_job(downstream, store):
+    ci = downstream(device="npu")
+    job = completed(ci, artifact_url="")
+    data = junit_xml(passed=40, failed=3, reruns=1)
+
+    response = upload(ci, job, data)
+
+    assert response.status_code == 202, response.text
+    report = TestReport.objects.get(pk=response.json()["report_id"])
+    assert (report.state, report.source, report.cases, report.failed, report.reruns) == ("parsed", "upload", 43, 3, 3)
+    assert (store / report.store_key).read_bytes() == data
+    assert report.store_key.startswith(f"reports/{archive.key_part(ci.repo)}/{RUN_ID}/1/")
+    cases = list(TestCase.objects.filter(job=job).order_by("name"))
+    assert [c.test_id for c in cases] == [
+        f"test_ops.py::TestCommon{{DEVICE}}::test_mul_{{device}}_int{i}" for i in range(3)
+    ]
+    assert cases[0].status == "failed" and cases[0].reruns == 1 and "AssertionError: 0 != 1" in cases[0].message
+    job.refresh_from_db()
+    assert (job.passed, job.failed, job.skipped) == (40, 3, 0)
+    assert job.failed_tests[0] == "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0"
+    # The reporter sending its completed callback again (its own counts) is still a repeat, not a conflict.
+    again = ci.post(ci.body("pull_request.completed.failure", job.dispatch, artifact_url=""))
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+
+
+def test_the_same_bytes_again_are_accepted_once_and_different_ones_conflict(downstream, store):
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    first = upload(ci, job, junit_xml())
+    again = upload(ci, job, junit_xml())
+    other = upload(ci, job, junit_xml(passed=9))
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert again.json() == first.json()
+    assert other.status_code == 409 and "already has a different test report" in other.json()["detail"]
+    assert TestReport.objects.count() == 1
+
+
+def test_a_gzip_encoded_zip_is_accepted(downstream, store):
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    body = gzip.compress(zipped({"a/one.xml": junit_xml(passed=5, failed=0), "b/two.xml": junit_xml(passed=1)}))
+    response = upload(ci, job, body, content_type="application/zip", headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 202, response.text
+    report = TestReport.objects.get()
+    assert (report.state, report.cases, report.content_encoding) == ("parsed", 7, "gzip")
+
+
+def test_an_upload_for_another_repos_job_attempt_is_refused_with_no_rows(downstream, store):
+    owner, intruder = downstream(), downstream()
+    job = completed(owner, artifact_url="")
+    response = upload(intruder, job, junit_xml())
+    assert response.status_code == 403 and "another repository" in response.json()["detail"]
+    assert not TestReport.objects.exists() and not any(store.rglob("*.*"))
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "detail"),
+    [
+        ({"run_id": "999"}, 404, "No job attempt"),
+        ({"run_id": ""}, 400, "run_id"),
+        ({"content_type": "text/plain"}, 400, "Content-Type must be one of"),
+        ({"data": b"just some text"}, 422, "not a JUnit XML file"),
+        ({"data": b""}, 400, "empty"),
+        ({"token": "not-a-jwt"}, 401, ""),
+    ],
+)
+def test_a_bad_upload_is_refused_with_a_detail(downstream, store, change, status, detail):
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    data = change.pop("data", junit_xml())
+    response = upload(ci, job, data, **change)
+    assert response.status_code == status, response.text
+    assert detail in response.json()["detail"]
+    assert not TestReport.objects.exists()
+
+
+def test_a_hostile_upload_is_kept_but_refused_by_the_parser_with_its_reason(downstream, store):
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    response = upload(ci, job, BILLION_LAUGHS)
+    assert response.status_code == 202
+    report = TestReport.objects.get()
+    assert report.state == "refused" and "declares entities" in report.reason
+    assert not TestCase.objects.exists()
+    job.refresh_from_db()
+    assert (job.passed, job.failed) == (8430, 2)  # the callback's own counts stay
+
+
+def test_a_completed_callback_pulls_the_named_artifact_through_the_302_without_our_token(
+    downstream, store, fake_github
+):
+    ci = downstream()
+    artifact_id = fake_github.artifact_add(ci.repo, int(RUN_ID), name="anything", data=zipped({"r.xml": junit_xml()}))
+    url = f"https://github.com/{ci.repo}/actions/runs/{RUN_ID}/artifacts/{artifact_id}"
+
+    job = completed(ci, artifact_url=url)
+
+    report = TestReport.objects.get(job=job)
+    assert (report.source, report.artifact_id, report.state, report.cases) == ("artifact", artifact_id, "parsed", 4)
+    storage = fake_github.requests_to("GET", rf"/storage/artifacts/{artifact_id}")
+    assert len(storage) == 1 and storage[0].status == 200 and "authorization" not in storage[0].headers
+    assert not fake_github.requests_to("GET", r"/repos/.*/actions/runs/\d+/artifacts")  # no listing needed
+    # The pull runs twice safely: nothing new.
+    assert test_reports.job_reports_pull(job_id=job.pk) == {"pulled": 0}
+
+
+def test_without_an_artifact_url_the_runs_matching_artifacts_are_pulled(downstream, store, fake_github):
+    ci = downstream()
+    run = int(RUN_ID)
+    fake_github.artifact_add(ci.repo, run, name="test-reports-test-npu-float32", data=zipped({"a.xml": junit_xml()}))
+    fake_github.artifact_add(ci.repo, run, name="test-reports-other-job", data=zipped({"b.xml": junit_xml()}))
+    fake_github.artifact_add(ci.repo, run, name="wheel-test-npu-float32", data=b"not a report")
+
+    job = completed(ci, artifact_url="")
+
+    assert list(TestReport.objects.filter(job=job).values_list("artifact_name", "state")) == [
+        ("test-reports-test-npu-float32", "parsed")
+    ]
+
+
+@pytest.mark.parametrize("where", ["other-org/other-repo/actions/runs/24033272679", "{repo}/actions/runs/1"])
+def test_an_artifact_url_naming_another_repo_or_run_is_never_fetched(downstream, store, fake_github, where):
+    ci = downstream()
+    url = f"https://github.com/{where.format(repo=ci.repo)}/artifacts/77"
+    job = completed(ci, artifact_url=url)
+    assert job.artifact_url == url  # it stays a link
+    assert not fake_github.requests_to("GET", r"/repos/.*/actions/artifacts/77/zip")
+    assert not fake_github.requests_to("GET", r"/repos/other-org/.*")
+    assert not TestReport.objects.exists()
+
+
+def test_reports_go_to_s3_and_a_failed_read_is_reparsed_later(downstream, settings, s3, fake_github):  # noqa: F811
+    s3.create_bucket(Bucket="reports")
+    settings.TEST_REPORTS_URL = "s3://reports/raw"
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    response = upload(ci, job, junit_xml(passed=2, failed=2))
+    report = TestReport.objects.get(pk=response.json()["report_id"])
+    assert report.state == "parsed"
+    assert s3.get_object(Bucket="reports", Key=f"raw/{report.store_key}")["Body"].read() == junit_xml(
+        passed=2, failed=2
+    )
+    TestReport.objects.filter(pk=report.pk).update(state="failed", reason="store was down")
+    TestCase.objects.all().delete()
+
+    call_command("reparse_test_reports")
+
+    report.refresh_from_db()
+    assert (report.state, report.reason, TestCase.objects.count()) == ("parsed", "", 2)
+
+
+def test_raw_reports_past_retention_are_deleted_and_parsed_rows_stay(downstream, store, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    ci = downstream()
+    job = completed(ci, artifact_url="")
+    upload(ci, job, junit_xml())
+    settings.TEST_REPORTS_RETENTION_DAYS = 30
+    assert test_reports.test_reports_clean() == 0
+    assert test_reports.test_reports_clean(now=timezone.now() + timedelta(days=31)) == 1
+    assert not any(p.is_file() for p in store.rglob("*"))
+    assert TestCase.objects.count() == 1
+
+
+def test_an_upload_names_the_attempt_by_a_fresh_delivery(downstream, store):
+    ci = downstream()
+    completed(ci, artifact_url="")
+    response = upload(ci, JobResult(delivery_id=str(uuid.uuid4())), junit_xml())
+    assert response.status_code == 404
+
+
+def test_the_l4_check_run_lists_the_failed_tests_of_the_parsed_report(downstream, store, fake_github):
+    ci = downstream("L4", device="npu")
+    data = zipped({"r.xml": junit_xml(passed=30, failed=3)})
+    artifact_id = fake_github.artifact_add(ci.repo, int(RUN_ID), name="test-reports", data=data)
+    url = f"https://github.com/{ci.repo}/actions/runs/{RUN_ID}/artifacts/{artifact_id}"
+    downstream_says = {"passed": 8430, "failed": 1, "skipped": 20, "failed_tests": ["what the downstream chose"]}
+
+    completed(ci, artifact_url=url, test_results=downstream_says)
+
+    last = fake_github.requests_to("PATCH", r"/repos/[^/]+/[^/]+/check-runs/\d+")[-1].json["output"]
+    assert "| 30 | 3 | 0 |" in last["summary"]
+    assert last["text"].startswith("### Failed tests\n")
+    listed = [line for line in last["text"].splitlines() if line.startswith("- ")]
+    assert listed == [f"- `test_ops.py::TestCommon{{DEVICE}}::test_mul_{{device}}_int{i}`" for i in range(3)]
+    assert "what the downstream chose" not in last["text"]
