@@ -187,6 +187,10 @@ ARCHIVE_URL = env.str("ARCHIVE_URL", default="")
 # The intermediate store of raw test reports and job logs (relay.archive): s3://bucket/prefix or file:///path.
 TEST_REPORTS_URL = env.str("TEST_REPORTS_URL", default="") or (BASE_DIR / "var" / "test-reports").as_uri()
 AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
+# Failed jobs' logs (relay.job_logs): kept in TEST_REPORTS_URL up to this size (the rest is not stored) and deleted
+# after this many days by the `relay: purge old job logs` schedule.
+JOB_LOG_MAX_BYTES = env.int("JOB_LOG_MAX_BYTES", default=200 * 1024 * 1024)
+JOB_LOG_RETENTION_DAYS = env.int("JOB_LOG_RETENTION_DAYS", default=30)
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 
 # Dispatch fan-out: one task per delivery sends on a thread pool (q2 workers are processes, too few for 100

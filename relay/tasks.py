@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, outbox, reruns, sweeper
+from relay import check_runs, intake, job_logs, outbox, reruns, sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +66,11 @@ def pull_request_check_runs_backfill(delivery_pk: int) -> int:
 def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = None) -> dict[str, int]:
     """The effect of a re-run request (relay.intake.EFFECT_TASKS); retries schedule it again."""
     return reruns.rerun_request_handle(delivery_pk=delivery_pk, attempt=attempt, only=only)
+
+
+# --- failed jobs' logs -------------------------------------------------------------------------------------------
+
+
+def job_log_classify(job_id: int) -> str:
+    """Enqueued on commit by a callback that completed a job as failed, by an uploaded log and by reclassify."""
+    return job_logs.job_log_classify(job_id=job_id)

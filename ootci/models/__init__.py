@@ -1,6 +1,7 @@
 """The shared domain's models, one module per area; everything is importable from ``ootci.models``.
 
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
+- ``failures``: the log classifier's rules and each failed job's classification.
 """
 
 from ootci.models.core import (
@@ -18,6 +19,7 @@ from ootci.models.core import (
     lost_cutoff,
     validate_repo,
 )
+from ootci.models.failures import FailureClass, FailureRule, JobFailure
 
 __all__ = [
     "REPO_PATTERN",
@@ -27,6 +29,9 @@ __all__ = [
     "Dispatch",
     "DispatchQuerySet",
     "Event",
+    "FailureClass",
+    "FailureRule",
+    "JobFailure",
     "JobResult",
     "LevelChange",
     "PullRequest",

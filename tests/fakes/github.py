@@ -111,6 +111,13 @@ class FakeGitHub:
         self.route("GET", REPO + r"/check-suites/(?P<id>\d+)/check-runs")(_check_suite_check_runs)
         self.route("GET", REPO + r"/commits/(?P<sha>[0-9a-fA-F]{7,40})/check-runs")(_commit_check_runs)
         self.route("POST", REPO + r"/actions/runs/(?P<id>\d+)/rerun-failed-jobs")(_rerun_failed_jobs)
+        # Actions jobs and their logs: ``actions_jobs[(repo, run id, attempt)]`` lists the jobs as GitHub shows them,
+        # ``job_logs[job id]`` holds each log's bytes, served by a 302 to /storage/ as GitHub does.
+        self.actions_jobs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        self.job_logs: dict[int, bytes] = {}
+        self.route("GET", REPO + r"/actions/runs/(?P<id>\d+)/attempts/(?P<attempt>\d+)/jobs")(_attempt_jobs)
+        self.route("GET", REPO + r"/actions/jobs/(?P<id>\d+)/logs")(_job_log_redirect)
+        self.route("GET", r"/storage/job-logs/(?P<id>\d+)")(_job_log_blob)
 
     # --- programming ----------------------------------------------------------------------------
 
@@ -255,11 +262,12 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         request.status = reply.status
         with self.fake._lock:
             self.fake.requests.append(request)
-        payload = b"" if reply.body is None else json.dumps(reply.body).encode()
+        raw = isinstance(reply.body, bytes)  # a log, as storage serves it
+        payload = reply.body if raw else b"" if reply.body is None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", "text/plain" if raw else "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -440,3 +448,30 @@ def _rerun_failed_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply
             403, {"message": "This workflow is already running", "documentation_url": "https://docs.github.com/rest"}
         )
     return Reply(201, {})
+
+
+def _attempt_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    jobs = fake.actions_jobs.get((f"{m['owner']}/{m['repo']}".lower(), int(m["id"]), int(m["attempt"])))
+    if jobs is None:
+        return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+    page = int(parse_qs(request.query).get("page", ["1"])[0])
+    per_page = int(parse_qs(request.query).get("per_page", ["30"])[0])
+    shown = jobs[(page - 1) * per_page : page * per_page]
+    return Reply(200, {"total_count": len(jobs), "jobs": shown})
+
+
+def _job_log_redirect(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    if int(m["id"]) not in fake.job_logs:
+        return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+    return Reply(302, None, {"Location": f"{fake.url}/storage/job-logs/{m['id']}?sig=signed"})
+
+
+def _job_log_blob(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    # Storage refuses a request that carries an Authorization header, as Azure blob storage does with a GitHub token.
+    if request.headers.get("authorization"):
+        return Reply(400, {"message": "Authorization header not allowed with a signed URL"})
+    return Reply(200, fake.job_logs[int(m["id"])])
