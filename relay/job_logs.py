@@ -167,6 +167,9 @@ def _verdict_store(job: JobResult, found: JobFailure, classification: Classifica
         # update() skips auto_now: updated_at is set so that replication copies the new outcome.
         JobResult.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=timezone.now())
         job_results_changed()
+        if found.line and JobResult.objects.filter(pk=job.pk, upstream_check_run_id__isnull=False).exists():
+            # Its L3/L4 check run shows the failure line: sync it again (by name: check_runs does not import us).
+            transaction.on_commit(lambda: async_task("relay.tasks.check_run_sync", job.pk), robust=True)
     job.failure_class = verdict.failure_class
 
 

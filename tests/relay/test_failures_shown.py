@@ -62,3 +62,16 @@ def test_the_failures_page_ranks_signatures_and_marks_upstream_causes(downstream
 def test_the_failures_page_is_empty_outside_the_window(db, client):
     assert "No classified failures in the last 24 hours" in client.get("/oot/failures/?days=1").content.decode()
     assert client.get("/api/oot/failures/?days=abc").json() == {"days": 7, "signatures": []}
+
+
+def test_an_l4_check_run_shows_the_failure_class_and_line(downstream, failing_run, fake_github):
+    ci = downstream("L4", device="npu")
+    gh_job = failing_run(ci.repo)
+
+    completed_failure(ci)
+
+    patches = fake_github.requests_to("PATCH", r"/repos/.*/check-runs/\d+")
+    summary = patches[-1].json["output"]["summary"]
+    link = f"https://github.com/{ci.repo}/actions/runs/24033272679/job/{gh_job}#step:3:3"
+    assert "**Failure class: build** (log rule `linker undefined reference`)" in summary
+    assert f"[line 5]({link}): `{LINE}`" in summary
