@@ -73,7 +73,9 @@ def job_log_classify(*, job_id: int) -> str:
     if job is None or not job_log_wanted(job):
         return "not a failed job of an L2+ backend"
     previous = JobFailure.objects.filter(job=job).first()
-    found = JobFailure(job=job, log_key=previous.log_key if previous else "")
+    found = JobFailure(job=job)
+    if previous:  # an uploaded log, or one fetched before: classified again as it is
+        found.log_key, found.log_sha256, found.log_bytes = previous.log_key, previous.log_sha256, previous.log_bytes
     if _github_run(job):
         try:
             _github_log_fetch(job, found)
@@ -86,15 +88,15 @@ def job_log_classify(*, job_id: int) -> str:
     return f"{job.failure_class} ({found.source})"
 
 
-def job_log_store(*, job: JobResult, stream: BinaryIO) -> str:
-    """Keep an uploaded log (non-GitHub CI) and queue its classification; returns the log's SHA-256."""
+def job_log_store(*, job: JobResult, stream: BinaryIO) -> JobFailure:
+    """Keep an uploaded log (non-GitHub CI) and queue its classification; returns the row naming the stored log."""
     found = JobFailure.objects.filter(job=job).first() or JobFailure(job=job)
     counted = _Counted(stream, settings.JOB_LOG_MAX_BYTES)
     archive.test_reports().put(log_key(job), counted, content_type="text/plain")
     found.log_key, found.log_sha256, found.log_bytes = log_key(job), counted.sha256(), counted.size
     found.save()
     transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)
-    return found.log_sha256
+    return found
 
 
 def _github_run(job: JobResult) -> bool:
