@@ -1,8 +1,11 @@
 """POST /github/job-log: CI other than GitHub Actions uploads a failed job's log; it is kept and classified."""
 
-import requests
+from io import StringIO
 
-from ootci.models import JobFailure, JobResult
+import requests
+from django.core.management import call_command
+
+from ootci.models import FailureRule, JobFailure, JobResult
 from tests.relay.conftest import FAILED_JOB_LOG, completed_failure
 
 RUN = "0190a5c2-buildkite-run"
@@ -65,3 +68,17 @@ def test_a_log_over_the_limit_is_refused(downstream, failing_run, settings):
     refused = upload(ci, FAILED_JOB_LOG)
 
     assert refused.status_code == 413 and "limited to 10 bytes" in refused.json()["detail"]
+
+
+def test_reclassify_runs_the_rules_again_over_the_window(downstream, failing_run):
+    ci = downstream()
+    buildkite_failure(ci)
+    upload(ci, FAILED_JOB_LOG)
+    FailureRule.objects.filter(name="linker undefined reference").update(enabled=False)
+    out = StringIO()
+
+    call_command("reclassify", "--days", "7", stdout=out)
+
+    assert "1 failed jobs in the last 7 days" in out.getvalue() and "[1/1] job" in out.getvalue()
+    failure = JobFailure.objects.get()
+    assert failure.rule_name != "linker undefined reference" and failure.log_bytes == len(FAILED_JOB_LOG)
