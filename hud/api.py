@@ -108,6 +108,18 @@ class MetricsView(APIView):
         return Response(plain({"days": days, "event": event, "series": queries.metrics(days=days, event=event)}))
 
 
+class FailuresView(APIView):
+    @extend_schema(
+        operation_id="oot_failures",
+        parameters=[DAYS],
+        responses=OpenApiTypes.OBJECT,
+        summary="Failure signatures ranked by jobs affected, with backends, first/last seen and example jobs",
+    )
+    def get(self, request: Request) -> Response:
+        days = params.days(request)
+        return Response(plain({"days": days, "signatures": queries.failure_signatures(days=days)}))
+
+
 class YAMLRenderer(BaseRenderer):
     media_type = "application/yaml"
     format = "yaml"

@@ -8,11 +8,15 @@ How we count (the pages repeat this in their "how we count" note):
 - **Windows** select jobs by their finish time: completion, else start, else report time (a job whose
   in_progress callback was lost still shows, at its completion time). Windows are rolling: the last
   ``days`` × 24 hours.
-- **Outcomes** of latest attempts: *success*; *test failure* = ``failure`` with failed tests reported;
-  *infrastructure failure* = ``failure`` without failed tests, ``cancelled``, ``timed_out`` or any
-  other conclusion, plus every **lost dispatch** (sent or pending longer than ``ZOMBIE_TIMEOUT_HOURS``
-  with no callback at all) of an L2+ backend; *running* = not completed yet; *skipped* (``skipped``,
-  ``neutral``) is shown but not counted.
+- **Outcomes** of latest attempts: *success*; *test failure* = a failure classified test, build or lint
+  (below), else ``failure`` with failed tests reported; *infrastructure failure* = classified infra, else
+  ``failure`` without failed tests, ``cancelled``, ``timed_out`` or any other conclusion, plus every **lost
+  dispatch** (sent or pending longer than ``ZOMBIE_TIMEOUT_HOURS`` with no callback at all) of an L2+
+  backend; *running* = not completed yet; *skipped* (``skipped``, ``neutral``) is shown but not counted.
+- **Failure classes** (``ootci.failures.failure_verdict``; the job page says which decided): a failed job's class is
+  the first of the relay's facts (timed out by the sweeper: infra), its failed step (runner set-up or checkout:
+  infra), the log rule that matched its failure line (``hud.failures``), its parsed test report, its callback's test
+  results (failed tests: test); failing all of them, infra. Test, build and lint classes count as test failures.
 - **Total** = successes + test failures + infrastructure failures. **Pass rate** = successes ÷ total, in
   percent with one decimal; ``None`` (shown as "no data", never 0 %) when the total is 0.
 - Times are seconds (floats rounded to 0.1). Medians and p90 are continuous percentiles
@@ -39,7 +43,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud import clickhouse, pages, softcache, test_results
+from hud import clickhouse, failures, pages, softcache, test_results
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -370,3 +374,13 @@ def shown_backends() -> list[BackendInfo]:
     order = levels.shown_on_hud()
     shown = [b for b in backends() if b.level in order]
     return sorted(shown, key=lambda b: (order.index(b.level), b.repo.lower()))
+
+
+def job_failures(job_ids) -> dict[int, failures.FailureLine]:
+    """The failure line and class of each of these jobs that was classified (hud.failures), by job id."""
+    return failures.failure_lines(job_ids)
+
+
+def failure_signatures(*, days: int, now: datetime | None = None) -> list[failures.Signature]:
+    """The failures page: failure signatures of the shown backends in the window, most jobs affected first."""
+    return failures.signatures(since=since(days, now), backend_ids=[b.id for b in shown_backends()])

@@ -69,6 +69,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     job_filter = request.GET.get("job", "").strip()[:100]
     stats = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats())
     matrix = queries.backend_matrix(backend_id=info.id, days=days, event=event, failing_only=failing, page=page)
+    failed_ids = [job.id for row in matrix.rows for job in row.cells.values() if job.outcome in FAILING]
     context = {
         "backend": info,
         "stats": stats,
@@ -79,6 +80,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "hide_green": hide_green,
         "job_filter": job_filter,
         "day_choices": params.DAYS,
+        "failures": queries.job_failures(failed_ids),
     }
     return render_page(request, "backend", context)
 
@@ -96,7 +98,7 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
     # Failing backends first, where the reader looks (stable: queries' order within each part).
     groups = sorted(detail.groups, key=lambda group: not group_failing(group))
     failing = {group.backend.id for group in groups if group_failing(group)}
-    failed_jobs = [job.id for group in groups for job in group.jobs if job.outcome in FAILING]
+    failed_jobs = [job.id for group in groups for job in group.jobs + group.earlier if job.outcome in FAILING]
     reported = queries.first_failing_tests(failed_jobs, per_job=FIRST_FAILED_TESTS)
     context = {
         "pr": detail,
@@ -104,6 +106,7 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
         "failing": failing,
         "first_failed": FIRST_FAILED_TESTS,
         "reported": reported,
+        "failures": queries.job_failures(failed_jobs),
     }
     return render_page(request, "pull_request", context)
 
@@ -122,7 +125,14 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
         raise Http404(f"{info.repo} has no job {job_id}")
     context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
     context["tests"] = queries.job_tests(job_id=detail.job.id)
+    context["failure"] = queries.job_failures([detail.job.id]).get(detail.job.id)
     return render_page(request, "job", context)
+
+
+def failures(request: HttpRequest) -> HttpResponse:
+    days = params.days(request)
+    context = {"signatures": queries.failure_signatures(days=days), "days": days, "day_choices": params.DAYS}
+    return render_page(request, "failures", context)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

@@ -200,6 +200,10 @@ TEST_REPORTS_URL = env.str("TEST_REPORTS_URL", default="") or (BASE_DIR / "var" 
 # Days raw test reports stay in TEST_REPORTS_URL (parsed rows stay); the daily "relay: clean test reports" schedule.
 TEST_REPORTS_RETENTION_DAYS = env.int("TEST_REPORTS_RETENTION_DAYS", default=30)
 AWS_ENDPOINT_URL = env.str("AWS_ENDPOINT_URL", default="")
+# Failed jobs' logs (relay.job_logs): kept in TEST_REPORTS_URL up to this size (the rest is not stored) and deleted
+# after this many days by the `relay: purge old job logs` schedule.
+JOB_LOG_MAX_BYTES = env.int("JOB_LOG_MAX_BYTES", default=200 * 1024 * 1024)
+JOB_LOG_RETENTION_DAYS = env.int("JOB_LOG_RETENTION_DAYS", default=30)
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 
 # Dispatch fan-out: one task per delivery sends on a thread pool (q2 workers are processes, too few for 100

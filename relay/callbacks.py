@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay import check_runs, ratelimit, test_reports
+from relay import check_runs, job_logs, ratelimit, test_reports
 from relay.tokens import callback_token_matches
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def callback_accept(
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
     if applied.changed:
         test_reports.job_reports_pull_wanted(applied.job)
+        job_logs.job_log_after_report(job=applied.job)
     return CallbackOutcome(applied.job, applied.changed)
 
 

@@ -24,7 +24,7 @@ from django_q.tasks import async_task, schedule
 
 from ootci import levels
 from ootci.jobs import job_label
-from ootci.models import Backend, Delivery, Event, JobResult, PullRequest
+from ootci.models import Backend, Delivery, Event, JobFailure, JobResult, PullRequest
 from ootci.replication import job_results_changed
 from relay import github
 from relay.intake import delivery_done
@@ -337,10 +337,25 @@ def _check_run_output(job: JobResult) -> dict[str, str]:
         lines += ["", f"No completion was reported within {settings.ZOMBIE_TIMEOUT_HOURS:g} h: OOT CI timed it out."]
     if job.artifact_url:
         lines += ["", f"[Test artifacts]({job.artifact_url})"]
+    failure = JobFailure.objects.filter(job_id=job.pk).exclude(failure_class="").first()
+    if failure:
+        lines += ["", _failure_text(failure)]
     output = {"title": title, "summary": "\n".join(lines)[:CHECK_RUN_OUTPUT_LIMIT]}
     if job.failed_tests:
         output["text"] = _check_run_failed_tests_text(job)
     return output
+
+
+def _failure_text(failure: JobFailure) -> str:
+    """The classifier's verdict (relay.job_logs): the class, what decided it and the failure line, linked."""
+    why = failure.get_source_display() + (f" `{failure.rule_name}`" if failure.rule_name else "")
+    text = f"**Failure class: {failure.failure_class}** ({why})"
+    if failure.line:
+        line = failure.line[:300].replace("`", "'")
+        where = f"line {failure.line_number}"
+        where = f"[{where}]({failure.line_url})" if failure.line_url else where
+        text += f"\n\n{where}: `{line}`"
+    return text
 
 
 def _check_run_failed_tests_text(job: JobResult) -> str:

@@ -352,3 +352,60 @@ def artifact_download(*, repo: str, artifact_id: int, into: BinaryIO, max_bytes:
 
 class TooLarge(GitHubError):
     pass
+
+
+# --- job logs --------------------------------------------------------------------------------------------------------
+
+
+def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[dict[str, Any]]:
+    """GET /repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs, every page: each job as
+    ``{"id", "name", "conclusion", "steps": [{"name", "number", "conclusion"}]}``."""
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs"
+    jobs: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        query = {"per_page": 100, "page": page}
+        data = _calling(
+            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+        )
+        batch = data.get("jobs") or []
+        jobs += [
+            {
+                "id": job.get("id"),
+                "name": job.get("name") or "",
+                "conclusion": job.get("conclusion") or "",
+                "steps": [
+                    {"name": s.get("name") or "", "number": s.get("number"), "conclusion": s.get("conclusion") or ""}
+                    for s in job.get("steps") or []
+                ],
+            }
+            for job in batch
+        ]
+        if len(batch) < 100 or len(jobs) >= int(data.get("total_count") or 0):
+            return jobs
+        page += 1
+
+
+def job_log_open(*, repo: str, job_id: int) -> requests.Response:
+    """GET /repos/{repo}/actions/jobs/{job_id}/logs as a stream (close it when done).
+
+    GitHub answers with a 302 to a short-lived storage URL. The redirect is followed by hand, without our
+    Authorization header: the installation token must never reach a host that is not GitHub's API.
+    """
+    headers = {"Authorization": f"Bearer {installation_token(repo=repo)}", "Accept": "application/vnd.github+json"}
+    url = f"{settings.GITHUB_API_URL}/repos/{repo}/actions/jobs/{job_id}/logs"
+    timeout = settings.GITHUB_TIMEOUT_SECONDS
+    try:
+        answer = requests.get(url, headers=headers, allow_redirects=False, timeout=timeout)
+        if answer.status_code in (301, 302, 303, 307, 308) and answer.headers.get("Location"):
+            answer = requests.get(answer.headers["Location"], stream=True, timeout=timeout)
+    except requests.RequestException as e:
+        raise GitHubError(f"GitHub unreachable fetching the log of job {job_id} of {repo}: {e}", retryable=True) from e
+    if answer.status_code != 200:
+        if answer.status_code in (401, 404):
+            tokens_forget(repo=repo)
+        data = _json(answer.text[:2000])
+        answer.close()
+        raise _error(answer.status_code, dict(answer.headers), data, f"GET /repos/{repo}/actions/jobs/{job_id}/logs")
+    return answer

@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, journal, outbox, reruns, sweeper, test_reports
+from relay import check_runs, intake, job_logs, journal, outbox, reruns, sweeper, test_reports
 
 logger = logging.getLogger(__name__)
 
@@ -89,3 +89,11 @@ def test_report_parse(report_id: int) -> str:
 def test_reports_clean() -> int:
     """Scheduled daily (relay/migrations/0004_test_reports_clean_schedule.py)."""
     return test_reports.test_reports_clean()
+
+
+# --- failed jobs' logs -------------------------------------------------------------------------------------------
+
+
+def job_log_classify(job_id: int) -> str:
+    """Enqueued on commit by a callback that completed a job as failed, by an uploaded log and by reclassify."""
+    return job_logs.job_log_classify(job_id=job_id)

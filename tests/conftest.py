@@ -38,3 +38,13 @@ def downstream(live_server, oidc_issuer, make_backend):
         return Downstream(live_server.url, oidc_issuer, make_backend(repo=repo, level=level, **fields))
 
     return make
+
+
+@pytest.fixture
+def failure_rules(db):
+    """The default failure rules. ``migrate`` installs them, but a transactional test's flush empties the table."""
+    from ootci.failures import DEFAULT_RULES, rules_import
+    from ootci.models import FailureRule
+
+    if not FailureRule.objects.exists():
+        rules_import(DEFAULT_RULES.read_text())

@@ -146,8 +146,8 @@ def hud_settings() -> dict:
 
 
 @register.filter
-def get(mapping: dict, key):
-    return mapping.get(key)
+def get(mapping: dict | None, key):
+    return mapping.get(key) if mapping else None
 
 
 @register.filter

@@ -2,6 +2,7 @@
 
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
 - ``reports``: per-test results (TestReport, TestCase).
+- ``failures``: the log classifier's rules and each failed job's classification.
 """
 
 from ootci.models.core import (
@@ -19,6 +20,7 @@ from ootci.models.core import (
     lost_cutoff,
     validate_repo,
 )
+from ootci.models.failures import FailureClass, FailureRule, JobFailure
 from ootci.models.reports import TestCase, TestReport
 
 __all__ = [
@@ -29,6 +31,9 @@ __all__ = [
     "Dispatch",
     "DispatchQuerySet",
     "Event",
+    "FailureClass",
+    "FailureRule",
+    "JobFailure",
     "JobResult",
     "LevelChange",
     "PullRequest",

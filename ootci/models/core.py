@@ -290,6 +290,8 @@ class JobResult(models.Model):
     one_shot = models.BooleanField(default=False, help_text="Completed without an in_progress report")
     relay_decided = models.BooleanField(default=False, help_text="Concluded by the relay (e.g. timed out)")
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.CALLBACK)
+    # The classifier's verdict (ootci.failures.failure_verdict, written by relay.job_logs); blank until classified.
+    failure_class = models.CharField(max_length=10, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -313,12 +315,16 @@ class JobResult(models.Model):
             When(~Q(status="completed"), then=Value(Outcome.RUNNING.value)),
             When(conclusion="success", then=Value(Outcome.SUCCESS.value)),
             When(conclusion__in=["skipped", "neutral"], then=Value(Outcome.SKIPPED.value)),
+            # A classified failure (ootci.failures: relay facts, failed step, log rule, test report) decides.
+            When(failure_class__in=["test", "build", "lint"], then=Value(Outcome.TEST.value)),
+            When(failure_class="infra", then=Value(Outcome.INFRA.value)),
             When(Q(conclusion="failure") & (Q(failed__gt=0) | ~Q(failed_tests=[])), then=Value(Outcome.TEST.value)),
             default=Value(Outcome.INFRA.value),
         ),
         output_field=models.CharField(max_length=10, choices=Outcome.choices),
         db_persist=True,
-        help_text="success; test failure (failure with failed tests); infra (any other end); running; skipped",
+        help_text="success; test failure (classified test/build/lint, else failure with failed tests); "
+        "infra (any other end); running; skipped",
     )
     GENERATED = ("finished_at", "job_sha", "outcome")
     # One job attempt (the unique constraint below, by attname).

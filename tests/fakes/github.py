@@ -119,6 +119,13 @@ class FakeGitHub:
         self.route("GET", REPO + r"/actions/runs/(?P<id>\d+)/artifacts")(_run_artifacts)
         self.route("GET", REPO + r"/actions/artifacts/(?P<id>\d+)/zip")(_artifact_zip)
         self.route("GET", r"/storage/artifacts/(?P<id>\d+)")(_artifact_storage)
+        # Actions jobs and their logs: ``actions_jobs[(repo, run id, attempt)]`` lists the jobs as GitHub shows them,
+        # ``job_logs[job id]`` holds each log's bytes, served by a 302 to /storage/ as GitHub does.
+        self.actions_jobs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        self.job_logs: dict[int, bytes] = {}
+        self.route("GET", REPO + r"/actions/runs/(?P<id>\d+)/attempts/(?P<attempt>\d+)/jobs")(_attempt_jobs)
+        self.route("GET", REPO + r"/actions/jobs/(?P<id>\d+)/logs")(_job_log_redirect)
+        self.route("GET", r"/storage/job-logs/(?P<id>\d+)")(_job_log_blob)
 
     # --- programming ----------------------------------------------------------------------------
 
@@ -279,12 +286,12 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         request.status = reply.status
         with self.fake._lock:
             self.fake.requests.append(request)
-        raw = isinstance(reply.body, bytes)  # a file (an artifact's zip), not JSON
+        raw = isinstance(reply.body, bytes)  # a file (an artifact's zip, a log), not JSON
         payload = reply.body if raw else b"" if reply.body is None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Type", "application/zip" if raw else "application/json; charset=utf-8")
+        self.send_header("Content-Type", "application/octet-stream" if raw else "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -503,3 +510,30 @@ def _artifact_storage(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
         return Reply(400, {"message": "Authorization header not allowed with a signed URL"})
     artifact = fake._artifact(int(m["id"]))
     return Reply(200, artifact["data"]) if artifact else Reply(404, {"message": "BlobNotFound"})
+
+
+def _attempt_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    jobs = fake.actions_jobs.get((f"{m['owner']}/{m['repo']}".lower(), int(m["id"]), int(m["attempt"])))
+    if jobs is None:
+        return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+    page = int(parse_qs(request.query).get("page", ["1"])[0])
+    per_page = int(parse_qs(request.query).get("per_page", ["30"])[0])
+    shown = jobs[(page - 1) * per_page : page * per_page]
+    return Reply(200, {"total_count": len(jobs), "jobs": shown})
+
+
+def _job_log_redirect(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    if int(m["id"]) not in fake.job_logs:
+        return Reply(404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+    return Reply(302, None, {"Location": f"{fake.url}/storage/job-logs/{m['id']}?sig=signed"})
+
+
+def _job_log_blob(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    # Storage refuses a request that carries an Authorization header, as Azure blob storage does with a GitHub token.
+    if request.headers.get("authorization"):
+        return Reply(400, {"message": "Authorization header not allowed with a signed URL"})
+    return Reply(200, fake.job_logs[int(m["id"])])

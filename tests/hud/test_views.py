@@ -187,10 +187,11 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         ("/oot/", 6),
         ("/oot/?days=30&event=push", 6),
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
-        # the cells; the PR titles
-        ("/oot/acme/npu/", 8),
-        ("/oot/pr/101/", 5),  # + the first failing tests of its failing jobs
-        ("/oot/acme/npu/jobs/{job}/", 5),  # + its test reports
+        # the cells; the PR titles; the failed cells' failure lines (hud.failures, one query however many)
+        ("/oot/acme/npu/", 9),
+        ("/oot/pr/101/", 6),  # + the first failing tests of its failing jobs, + their failure lines
+        ("/oot/acme/npu/jobs/{job}/", 6),  # + its test reports, + its failure line
+        ("/oot/failures/", 2),
         ("/oot/metrics/", 3),
     ],
 )

@@ -97,3 +97,42 @@ def post_webhook(client, settings, upstream):
         return client.post("/github/webhook", data=body, content_type="application/json", headers=headers)
 
     return post
+
+
+# --- failed jobs whose GitHub Actions log the fake GitHub serves (issue 16) ---
+
+FAILED_JOB_LOG = (
+    b"2026-03-01T10:00:00.0000000Z Current runner version: '2.321.0'\n"
+    b"2026-03-01T10:00:01.0000000Z ##[group]Run actions/checkout@v4\n"
+    b"2026-03-01T10:00:02.0000000Z ##[group]Run python test/run_test.py\n"
+    b"2026-03-01T10:00:03.0000000Z building\n"
+    b"2026-03-01T10:00:04.0000000Z ld: error: undefined symbol: at::native::copy_stub\n"
+    b"2026-03-01T10:00:05.0000000Z ##[error]Process completed with exit code 1.\n"
+)
+
+
+@pytest.fixture
+def failing_run(fake_github, settings, tmp_path, failure_rules):
+    settings.TEST_REPORTS_URL = tmp_path.as_uri()
+
+    def make(repo: str, *, run_id: int = 24033272679, steps=None, log: bytes = FAILED_JOB_LOG) -> int:
+        job_id = 7_100_000 + len(fake_github.job_logs)
+        steps = steps or [
+            {"name": "Set up job", "number": 1, "conclusion": "success"},
+            {"name": "Build and test", "number": 3, "conclusion": "failure"},
+        ]
+        fake_github.actions_jobs[(repo.lower(), run_id, 1)] = [
+            {"id": job_id - 1, "name": "lint", "conclusion": "success", "steps": []},
+            {"id": job_id, "name": "test-npu", "conclusion": "failure", "steps": steps},
+        ]
+        fake_github.job_logs[job_id] = log
+        return job_id
+
+    return make
+
+
+def completed_failure(ci, **workflow):
+    dispatch = ci.dispatch()
+    fields = {"url": f"https://github.com/{ci.repo}/actions/runs/24033272679", "run_id": "24033272679"}
+    fields |= {"job_name": "test-npu", "run_attempt": 1, "test_results": {"passed": 10, "failed": 0}}
+    return ci.post(ci.body("pull_request.completed.failure", dispatch, **(fields | workflow)))

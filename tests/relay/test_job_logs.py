@@ -1,0 +1,67 @@
+"""Failed jobs' logs: found on GitHub by job name, fetched through the 302 without our token, kept and classified."""
+
+from ootci.models import JobFailure, JobResult
+from relay import job_logs
+from tests.relay.conftest import completed_failure
+
+
+def test_a_failed_job_is_classified_from_its_github_log(downstream, failing_run, fake_github):
+    ci = downstream()
+    job_id = failing_run(ci.repo)
+
+    response = completed_failure(ci)
+
+    assert response.status_code == 200, response.text
+    job = JobResult.objects.get()
+    failure = JobFailure.objects.get(job=job)
+    assert (failure.rule_name, failure.failure_class, failure.source) == ("linker undefined reference", "build", "rule")
+    assert (failure.line_number, failure.line) == (5, "ld: error: undefined symbol: at::native::copy_stub")
+    assert (failure.failed_step, failure.failed_step_number, failure.github_job_id) == ("Build and test", 3, job_id)
+    assert failure.line_url == f"https://github.com/{ci.repo}/actions/runs/24033272679/job/{job_id}#step:3:3"
+    assert (job.failure_class, job.outcome) == ("build", "test")  # no failed tests, yet not infra: it did not build
+    storage = fake_github.requests_to("GET", r"/storage/job-logs/\d+")
+    assert len(storage) == 1 and "authorization" not in storage[0].headers
+
+
+def test_a_failed_checkout_step_is_infra_whatever_the_log_says(downstream, failing_run):
+    ci = downstream()
+    failing_run(ci.repo, steps=[{"name": "Run actions/checkout@v4", "number": 2, "conclusion": "failure"}])
+
+    completed_failure(ci)
+
+    job = JobResult.objects.get()
+    assert (job.failure.failure_class, job.failure.source, job.outcome) == ("infra", "step", "infra")
+    assert job.failure.rule_name == "linker undefined reference"  # the line is still shown
+
+
+def test_an_unknown_job_name_is_recorded_as_the_reason(downstream, failing_run, fake_github):
+    ci = downstream()
+    failing_run(ci.repo)
+
+    fake_github.actions_jobs[(ci.repo.lower(), 24033272679, 1)][0]["conclusion"] = "failure"  # two failed: no guess
+    completed_failure(ci, job_name="no-such-job", test_results={"passed": 1, "failed": 2})
+
+    failure = JobFailure.objects.get()
+    assert "No job named 'no-such-job'" in failure.problem
+    assert (failure.failure_class, failure.source) == ("test", "callback")
+
+
+def test_a_successful_job_is_not_fetched(downstream, failing_run, fake_github):
+    ci = downstream()
+    failing_run(ci.repo)
+
+    completed_failure(ci, conclusion="success")
+
+    assert not JobFailure.objects.exists()
+    assert fake_github.requests_to("GET", r"/repos/.*/actions/jobs/\d+/logs") == []
+
+
+def test_classifying_twice_keeps_one_verdict(downstream, failing_run):
+    ci = downstream()
+    failing_run(ci.repo)
+    completed_failure(ci)
+    job = JobResult.objects.get()
+
+    job_logs.job_log_classify(job_id=job.pk)
+
+    assert JobFailure.objects.filter(job=job).count() == 1
