@@ -313,8 +313,7 @@ def job_counts_from_reports(job: JobResult) -> None:
     job_results_changed()
     job.refresh_from_db()
     if job.dispatch_id is not None:
-        pr = job.dispatch.delivery.pull_request
-        check_runs.check_run_after_report(job=job, pr=pr)
+        check_runs.check_run_after_report(job=job, pull_request_id=job.dispatch.delivery.pull_request_id)
 
 
 def test_reports_reparse(*, report_ids: list[int] | None = None, states: tuple[str, ...] = ()) -> int:

@@ -17,6 +17,7 @@ from hud import clickhouse, clickhouse_replication, tasks
 from hud.models import ReplicationCursor
 from ootci import replication
 from ootci.models import JobResult
+from tests.schedules import schedules_installed
 
 FIELDS = [c for c in clickhouse_replication.COLUMNS if not c.startswith("backend_") or c == "backend_id"]
 
@@ -328,6 +329,7 @@ def test_writes_enqueue_nothing_without_clickhouse(settings, db, django_capture_
 
 
 def test_replication_is_scheduled_every_minute(db):
+    schedules_installed()
     schedule = Schedule.objects.get(name="hud: replicate job results to ClickHouse")
     assert (schedule.func, schedule.schedule_type, schedule.minutes) == (
         "hud.tasks.clickhouse_replicate",

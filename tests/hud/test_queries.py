@@ -7,6 +7,7 @@ from hud.queries import BackendStats, Counts
 from ootci.models import Dispatch
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request
+from tests.schedules import schedules_installed
 
 pytestmark = pytest.mark.django_db
 
@@ -348,6 +349,7 @@ def test_the_refresh_task_caches_every_figure_the_default_pages_show(
 def test_the_default_figures_are_refreshed_every_minute():
     from django_q.models import Schedule
 
+    schedules_installed()
     schedule = Schedule.objects.get(name="hud: refresh the default figures")
     assert (schedule.func, schedule.schedule_type, schedule.minutes) == ("hud.tasks.figures_refresh", "I", 1)
 

@@ -4,10 +4,13 @@ import pytest
 from django.utils.module_loading import import_string
 from django_q.models import Schedule
 
+from tests.schedules import schedules_installed
+
 pytestmark = pytest.mark.django_db
 
 
 def test_every_schedule_names_a_task_that_exists():
+    schedules_installed()
     schedules = list(Schedule.objects.values_list("name", "func"))
     assert schedules, "the migrations install the relay's and the HUD's schedules"
     for name, func in schedules:
