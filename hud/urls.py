@@ -13,11 +13,13 @@ urlpatterns: list = [
     path("oot/pr/<int:number>/", views.pull_request, name="pull-request"),
     path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
+    path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
     path("api/oot/", api.OverviewView.as_view(), name="api-overview"),
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
     path("api/oot/pr/<int:number>/", api.PullRequestView.as_view(), name="api-pull-request"),
     path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
     path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
+    path("api/oot/<str:org>/<str:repo>/readiness/", api.ReadinessView.as_view(), name="api-readiness"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

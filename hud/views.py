@@ -140,3 +140,10 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """The 404 page in the HUD's layout: what was not found, and where to go instead."""
     message = exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
     return render(request, "hud/404.html", {"message": message, "path": request.path}, status=404)
+
+
+def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
+    """The backend against the level gates over the fixed promotion and demotion windows, with its verdict."""
+    info = backend_or_404(org, repo)
+    verdict = queries.readiness(shown=[info])[info.id]
+    return render(request, "hud/readiness.html", {"backend": info, "r": verdict})

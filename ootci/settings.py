@@ -204,11 +204,12 @@ DISPATCH_STALE_SECONDS = env.int("DISPATCH_STALE_SECONDS", default=120)
 CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
 ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
 
-# HUD: the RFC-0050 evolution-path bar for L3 ("Stable"). The RFC leaves the numbers open (`X`); these
-# defaults follow the reference HUD's L3 colours (pass rate > 90 %) and are meant to be tuned per deployment.
-HUD_L3_MIN_WEEKLY_SUCCESS_RATE = env.float("HUD_L3_MIN_WEEKLY_SUCCESS_RATE", default=90.0)  # percent
-HUD_L3_MAX_P90_QUEUE_MINUTES = env.float("HUD_L3_MAX_P90_QUEUE_MINUTES", default=30.0)
-HUD_L3_MAX_PR_RUN_HOURS = env.float("HUD_L3_MAX_PR_RUN_HOURS", default=4.0)  # p90 wall-clock per PR head SHA
+# Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
+# {"L4": {"queue_avg_minutes": 20}}. READINESS_FIGURES names the function that computes the figures (the HUD's).
+LEVEL_GATES = env.json("LEVEL_GATES", default={})
+READINESS_FIGURES = "hud.queries.readiness_figures"
+# HUD colours: a pass rate at or above this is "good", within 15 points of it "fair" (the reference HUD's L3 colour).
+HUD_PASS_RATE_GOOD = env.float("HUD_PASS_RATE_GOOD", default=90.0)
 # Seconds the HUD serves an aggregate figure from the cache (0: compute on every request). The default pages' figures
 # are recomputed every minute (hud.tasks.figures_refresh); three minutes leave room for a late or slow run.
 HUD_CACHE_SECONDS = env.int("HUD_CACHE_SECONDS", default=180)

@@ -1,6 +1,7 @@
 """The shared domain's models, one module per area; everything is importable from ``ootci.models``.
 
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
+- ``governance``: level reviews, gate notices and temporary downgrades.
 """
 
 from ootci.models.core import (
@@ -18,6 +19,7 @@ from ootci.models.core import (
     lost_cutoff,
     validate_repo,
 )
+from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 
 __all__ = [
     "REPO_PATTERN",
@@ -28,8 +30,12 @@ __all__ = [
     "DispatchQuerySet",
     "Event",
     "JobResult",
+    "GateNotice",
     "LevelChange",
+    "LevelReview",
     "PullRequest",
+    "TemporaryDowngrade",
+    "allowlisted_level",
     "default_events",
     "lost_cutoff",
     "validate_repo",
