@@ -14,6 +14,7 @@ urlpatterns: list = [
     path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
     path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
+    path("oot/<str:org>/<str:repo>/badge.svg", views.badge, name="badge"),
     path("api/oot/", api.OverviewView.as_view(), name="api-overview"),
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),

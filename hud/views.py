@@ -10,15 +10,18 @@ from dataclasses import replace
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import cache_page
 
-from hud import params, queries
+from hud import badges, params, queries
 from hud.types import BackendInfo, BackendStats, Matrix, PrGroup
 from ootci import allowlist
 
 FRAGMENT_HEADER = "X-HUD-Fragment"
 FAILING = ("test", "infra")
 FIRST_FAILED_TESTS = 3
+BADGE_SECONDS = 60
 
 
 def analytics_fallback(request: HttpRequest) -> dict:
@@ -79,6 +82,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "hide_green": hide_green,
         "job_filter": job_filter,
         "day_choices": params.DAYS,
+        "badge_markdown": badge_markdown(request, info),
     }
     return render_page(request, "backend", context)
 
@@ -147,3 +151,22 @@ def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     info = backend_or_404(org, repo)
     verdict = queries.readiness(shown=[info])[info.id]
     return render(request, "hud/readiness.html", {"backend": info, "r": verdict})
+
+
+@cache_page(BADGE_SECONDS)
+def badge(request: HttpRequest, org: str, repo: str) -> HttpResponse:
+    """Level and pass rate over ``days`` of ``event`` (the page's parameters) as an SVG badge; cached 60 s."""
+    info = backend_or_404(org, repo)
+    days, event = params.days(request), params.event(request)
+    counts = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats()).counts
+    rate = counts.pass_rate
+    message = f"{info.level} · {'no data' if rate is None else f'{rate:g}%'}"
+    title = f"{info.repo}: {info.level}, pass rate of {event} jobs over {days} days"
+    svg = badges.badge_svg(label="OOT CI", message=message, pass_rate=rate, title=title)
+    return HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+
+
+def badge_markdown(request: HttpRequest, info: BackendInfo) -> str:
+    """The Markdown that embeds a backend's badge, linking to its page (shown on that page)."""
+    page = request.build_absolute_uri(reverse("hud:backend", args=[info.org, info.name]))
+    return f"[![OOT CI]({page}badge.svg)]({page})"

@@ -284,4 +284,4 @@ class JobResultAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
 
 
-from ootci import admin_governance  # noqa: E402, F401  (registers the governance registries)
+from ootci import admin_alerts, admin_governance  # noqa: E402, F401  (they register the governance and alert registries)

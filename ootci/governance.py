@@ -35,9 +35,9 @@ def readiness_judged(levels_: dict[int, str], figures: gates.Figures, *, now: da
 
 
 def readiness_now(backends: Iterable[Backend], *, now: datetime | None = None) -> dict[int, gates.Readiness]:
-    now = now or timezone.now()
+    """The verdicts of ``backends``: at ``now`` when given (computed), else from the figures cached by the HUD."""
     levels_ = {b.pk: b.level for b in backends}
-    return readiness_judged(levels_, gates.figures_source()(now=now), now=now)
+    return readiness_judged(levels_, gates.figures_source()(now=now), now=now or timezone.now())
 
 
 def readiness_record(r: gates.Readiness) -> dict:
@@ -166,9 +166,9 @@ def _downgrade_due(down: TemporaryDowngrade, readiness: gates.Readiness, now: da
 def readiness_review(*, now: datetime | None = None) -> dict[str, int]:
     """The readiness schedule: keep gate notices, propose promotions and due demotions (never apply them), and end
     temporary downgrades whose end condition is met. Safe to run twice (one open proposal per backend)."""
-    now = now or timezone.now()
     every = list(Backend.objects.filter(enabled=True))
-    judged = readiness_now(every, now=now)
+    judged = readiness_now(every, now=now)  # without ``now``, from the figures the HUD caches
+    now = now or timezone.now()
     done = {"notices": 0, "proposals": 0, "restored": 0}
     for backend in every:
         r = judged[backend.pk]

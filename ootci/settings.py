@@ -208,6 +208,17 @@ ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
 # {"L4": {"queue_avg_minutes": 20}}. READINESS_FIGURES names the function that computes the figures (the HUD's).
 LEVEL_GATES = env.json("LEVEL_GATES", default={})
 READINESS_FIGURES = "hud.queries.readiness_figures"
+# On-call notifications (relay/notify.py): tries per notification, first retry delay (doubling), the public URL
+# the messages link to, and Django's email backend (EMAIL_URL, e.g. smtp+tls://user:pass@host:587) and sender.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
+NOTIFY_RETRY_SECONDS = env.float("NOTIFY_RETRY_SECONDS", default=30.0)
+PUBLIC_URL = env.str("PUBLIC_URL", default="")
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST, EMAIL_PORT = _email.get("EMAIL_HOST") or "localhost", _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER, EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_USER", ""), _email.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS, EMAIL_USE_SSL = _email.get("EMAIL_USE_TLS", False), _email.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="oot-ci@localhost")
 # HUD colours: a pass rate at or above this is "good", within 15 points of it "fair" (the reference HUD's L3 colour).
 HUD_PASS_RATE_GOOD = env.float("HUD_PASS_RATE_GOOD", default=90.0)
 # Seconds the HUD serves an aggregate figure from the cache (0: compute on every request). The default pages' figures

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay import check_runs, ratelimit
+from relay import alerts, check_runs, ratelimit
 from relay.tokens import callback_token_matches
 
 logger = logging.getLogger(__name__)
@@ -99,6 +99,8 @@ def callback_accept(
     applied.job.backend = backend
     if applied.changed and dispatch is not None:
         check_runs.check_run_after_report(job=applied.job, pr=dispatch.delivery.pull_request)
+    if applied.changed:
+        alerts.after_report(job=applied.job)
     return CallbackOutcome(applied.job, applied.changed)
 
 

@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, outbox, reruns, sweeper
+from relay import alerts, check_runs, intake, notify, outbox, reruns, sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +66,21 @@ def pull_request_check_runs_backfill(delivery_pk: int) -> int:
 def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = None) -> dict[str, int]:
     """The effect of a re-run request (relay.intake.EFFECT_TASKS); retries schedule it again."""
     return reruns.rerun_request_handle(delivery_pk=delivery_pk, attempt=attempt, only=only)
+
+
+# --- on-call alerts and notifications ----------------------------------------------------------
+
+
+def alerts_evaluate(job_id: int) -> str:
+    """Enqueued on commit by a callback that completed a job (relay.alerts.after_report)."""
+    return alerts.job_alerts_evaluate(job_id=job_id)
+
+
+def alerts_periodic() -> dict:
+    """Scheduled every minute (relay/migrations/0004_alerts_schedule.py): relay health and readiness gates."""
+    return alerts.periodic_evaluate()
+
+
+def notification_send(notification_id: int, attempt: int = 1) -> str:
+    """Enqueued on commit when an incident changes; retries schedule it again."""
+    return notify.notification_send(notification_id=notification_id, attempt=attempt)

@@ -2,8 +2,10 @@
 
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
 - ``governance``: level reviews, gate notices and temporary downgrades.
+- ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 """
 
+from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
 from ootci.models.core import (
     REPO_PATTERN,
     Backend,
@@ -22,6 +24,11 @@ from ootci.models.core import (
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 
 __all__ = [
+    "AlertRule",
+    "Incident",
+    "Notification",
+    "NotificationChannel",
+    "PrComment",
     "REPO_PATTERN",
     "Backend",
     "CallbackRejection",
