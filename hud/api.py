@@ -100,6 +100,13 @@ class JobView(APIView):
         return Response(plain(detail))
 
 
+class ReadinessView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One backend against the level gates, with its verdict")
+    def get(self, request: Request, org: str, repo: str) -> Response:
+        info = backend_or_404(org, repo)
+        return Response(plain({"backend": info, "readiness": queries.readiness(shown=[info])[info.id]}))
+
+
 class MetricsView(APIView):
     @extend_schema(parameters=[METRIC_DAYS, EVENT], responses=OpenApiTypes.OBJECT, summary="Daily pass rate")
     def get(self, request: Request) -> Response:

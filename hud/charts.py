@@ -15,10 +15,10 @@ FAIR_MARGIN = 15.0
 
 
 def band(pass_rate: float | None) -> str:
-    """Colour band of a pass rate: good (meets the L3 bar), fair (within 15 points of it), poor, none."""
+    """Colour band of a pass rate: good (at or above HUD_PASS_RATE_GOOD), fair (within 15 points of it), poor, none."""
     if pass_rate is None:
         return "none"
-    bar = settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE
+    bar = settings.HUD_PASS_RATE_GOOD
     return "good" if pass_rate >= bar else "fair" if pass_rate >= bar - FAIR_MARGIN else "poor"
 
 

@@ -59,7 +59,7 @@ def figures(store: Store, windows: Windows, asks: list[Ask], backend_id: int | N
 def lost_rows(windows: Windows, asks: list[Ask], backend_id: int | None) -> list[dict]:
     """The lost dispatches the stats and daily figures count (``lost:w`` per backend, ``lostday:w`` per backend and
     UTC day, as ``store.collect`` reads them), found once since the earliest window and counted per window here."""
-    counted = [(kind, w) for kind, w in asks if kind in ("stats", "daily")]
+    counted = [("stats" if kind == "gates" else kind, w) for kind, w in asks if kind in ("stats", "daily", "gates")]
     if not counted:
         return []
     lost = Dispatch.objects.lost(since=min(windows[w][1] for _, w in counted))
@@ -99,13 +99,10 @@ def pr_run_p90(store: Store, *, since: datetime) -> dict[int, float]:
     return figures(store, {"w": ("pull_request", since)}, [("run", "w")])["run", "w"]
 
 
-def summary(
-    store: Store, *, event: str, since: datetime, spark_since: datetime | None, week_since: datetime
-) -> Summary:
+def summary(store: Store, *, event: str, since: datetime, spark_since: datetime | None) -> Summary:
     """The overview's job-result figures, each window's latest attempts picked once (one store statement)."""
-    windows, asks = summary_asks(event=event, since=since, spark_since=spark_since, week_since=week_since)
-    found = figures(store, windows, asks)
-    return summary_from(found, windows, event=event, since=since, week_since=week_since)
+    windows, asks = summary_asks(event=event, since=since, spark_since=spark_since)
+    return summary_from(figures(store, windows, asks))
 
 
 def relay_health(*, since: datetime) -> RelayHealth:

@@ -44,6 +44,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from hud import clickhouse, failures, pages, softcache, test_results
+from hud import readiness as hud_readiness
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -53,7 +54,6 @@ from hud.types import (
     BackendInfo,
     BackendStats,
     DayRate,
-    Eligibility,
     HealthRow,
     JobDetail,
     Matrix,
@@ -64,7 +64,7 @@ from hud.types import (
     Summary,
 )
 from hud.types import Counts as Counts  # re-exported, as PER_PAGE and natural_key: callers name them from here
-from ootci import levels
+from ootci import gates, governance, levels
 from ootci.models import Backend
 
 EVENTS = ("pull_request", "push", "nightly", "periodic")
@@ -130,7 +130,7 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "daily": lambda start, event, backend_id, now=None: pages.daily(
         store(), since=start, event=event, backend_id=backend_id
     ),
-    "pr-run-p90": lambda now=None: pages.pr_run_p90(store(), since=since(7, now)),
+    "readiness": lambda now=None: hud_readiness.figures(store(), now=now_or(now)),
     "relay": lambda days, now=None: pages.relay_health(since=since(days, now)),
     "summary": lambda days, event, spark_since, now=None: summary_compute(days, event, spark_since, now_or(now)),
 }
@@ -138,10 +138,8 @@ _refreshing: ContextVar[bool] = ContextVar("hud_refreshing", default=False)  # i
 
 
 def summary_compute(days: int, event: str, spark_since: datetime | None, now: datetime) -> Summary:
-    """``pages.summary`` at one ``now``: with days=7 the window and the L3 bar's week are then one window."""
-    return pages.summary(
-        store(), event=event, since=since(days, now), spark_since=spark_since, week_since=since(7, now)
-    )
+    """``pages.summary`` at one ``now``."""
+    return pages.summary(store(), event=event, since=since(days, now), spark_since=spark_since)
 
 
 def cached(name: str, *key, now: datetime | None = None):
@@ -259,44 +257,20 @@ def empty_days(days: int, now: datetime | None = None) -> list[DayRate]:
     return [DayRate(d, 0, 0) for d in day_span(days, now)]
 
 
-def eligibility(
-    *, now: datetime | None = None, weekly: dict[int, BackendStats] | None = None, levels: dict[int, str]
-) -> dict[int, Eligibility]:
-    """Each backend against the L3 bar over the last 7 days of pull_request jobs (thresholds in settings)."""
-    if weekly is None:
-        found = summary(days=7, event="pull_request", spark=False, now=now)
-        weekly, run_p90 = found.weekly, found.pr_run_p90
-    else:
-        run_p90 = cached("pr-run-p90", now=now)
-    return judge_all(levels, weekly, run_p90)
+def readiness_figures(*, now: datetime | None = None) -> gates.Figures:
+    """Every backend's readiness figures (``hud.readiness``; fixed windows, whatever a page shows)."""
+    return cached("readiness", now=now)
 
 
-def judge_all(levels: dict[int, str], weekly: dict[int, BackendStats], run_p90: dict[int, float]) -> dict:
-    result = {}
-    for backend_id, level in levels.items():
-        stats = weekly.get(backend_id, BackendStats())
-        result[backend_id] = judge(level, stats, run_p90.get(backend_id))
-    return result
-
-
-def judge(level: str, stats: BackendStats, pr_run_p90: float | None) -> Eligibility:
-    success = stats.counts.pass_rate
-    meets_success = success is not None and success >= settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE
-    meets_queue = stats.queue_p90 is None or stats.queue_p90 <= settings.HUD_L3_MAX_P90_QUEUE_MINUTES * 60
-    meets_run = pr_run_p90 is None or pr_run_p90 <= settings.HUD_L3_MAX_PR_RUN_HOURS * 3600
-    meets = meets_success and meets_queue and meets_run
-    if success is None:
-        verdict = "no-data"
-    elif level in ("L3", "L4"):
-        verdict = "meets-l3" if meets else "below-level"
-    else:
-        verdict = "meets-l3" if meets else "not-yet"
-    return Eligibility(success, stats.queue_p90, pr_run_p90, meets_success, meets_queue, meets_run, verdict)
+def readiness(*, shown: list[BackendInfo] | None = None, now: datetime | None = None) -> dict[int, gates.Readiness]:
+    """Each backend of ``shown`` (default: every enabled one) against the level gates (``ootci.gates``)."""
+    levels_ = {b.id: b.level for b in (backends() if shown is None else shown)}
+    return governance.readiness_judged(levels_, readiness_figures(now=now), now=now_or(now))
 
 
 def summary(*, days: int, event: str, spark: bool = True, now: datetime | None = None) -> Summary:
-    """The overview's job-result figures (stats over ``days``, the SPARK_DAYS sparklines unless ``spark`` is off,
-    the L3 bar's week) from one pass over the latest attempts: one store call, one cache entry."""
+    """The overview's job-result figures (stats over ``days``, the SPARK_DAYS sparklines unless ``spark`` is off)
+    from one pass over the latest attempts: one store call, one cache entry."""
     spark_since = day_start(SPARK_DAYS, now) if spark else None
     return cached("summary", days, event, spark_since, now=now)
 
@@ -312,7 +286,7 @@ def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
     found = summary(days=days, event=event, now=now)
     stats, spark = found.stats, every_day(found.daily, SPARK_DAYS, now)
     shown = [b for b in every if b.level in levels.shown_on_hud()]
-    judged = judge_all({b.id: b.level for b in shown}, found.weekly, found.pr_run_p90)
+    judged = readiness(shown=shown, now=now)
     sections: dict[str, list[HealthRow]] = {level: [] for level in levels.shown_on_hud()}
     for b in shown:
         row_stats = stats.get(b.id, BackendStats())

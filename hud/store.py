@@ -20,12 +20,14 @@ from django.utils.dateparse import parse_datetime
 
 from hud import clickhouse
 from hud.types import BackendStats, Counts, DayRate, Job, Summary
+from ootci import gates
 from ootci.models import JobResult
 
 logger = logging.getLogger(__name__)
 
 # A figure is asked for as (kind, window name); kinds: "stats" (BackendStats per backend, lost dispatches included),
-# "daily" (DayRates per backend, only days with a total) and "run" (p90 of PR run time per backend).
+# "daily" (DayRates per backend, only days with a total), "run" (p50 and p90 of PR run time per backend) and "gates"
+# (the unrounded counts and average queue time the level gates read, ``ootci.gates``; hud.readiness assembles them).
 Ask = tuple[str, str]
 Windows = dict[str, tuple[str, datetime]]  # name → (event, since)
 # What each kind reads of a latest attempt, beyond backend_id, finished_at and outcome.
@@ -33,6 +35,7 @@ NEEDS = {
     "stats": ("pr_number", "conclusion", "queue_time", "execution_time"),
     "daily": (),
     "run": ("pr_number", "job_sha", "began"),
+    "gates": ("conclusion", "queue_time", "execution_time"),
 }
 # Every figure row has these columns (a statement is a UNION ALL of one SELECT per figure), after ``kind``.
 FIGURE_COLUMNS = {
@@ -44,6 +47,7 @@ FIGURE_COLUMNS = {
     "running": "bigint",
     "skipped": "bigint",
     "timed_out": "bigint",
+    "overruns": "bigint",
     "prs": "bigint",
     "queue_median": "double precision",
     "queue_p90": "double precision",
@@ -53,6 +57,7 @@ FIGURE_COLUMNS = {
     "last_run": "timestamp with time zone",
     "ok": "bigint",
     "total": "bigint",
+    "p50": "double precision",
     "p90": "double precision",
 }
 # The latest-attempt outcomes each stats row counts: its column → JobResult.outcome.
@@ -63,6 +68,8 @@ OUTCOME_COUNTS = {
     "running": JobResult.Outcome.RUNNING.value,
     "skipped": JobResult.Outcome.SKIPPED.value,
 }
+COUNTED = "outcome IN ('success', 'test', 'infra')"  # the latest attempts a total counts (hud.queries)
+OVERRUN_SECONDS = float(gates.OVERRUN_HOURS * 3600)  # a job that ran longer is an overrun (ootci.gates)
 # The columns of a job row: every field of a Job (the JobResult columns of the same names).
 JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(Job))
 
@@ -155,7 +162,7 @@ def collect(asks: list[Ask], rows: list[dict]) -> dict[Ask, Any]:
             found[kind, w] = stats_from({r["backend_id"]: r for r in by_kind[f"stats:{w}"]}, lost)
         elif kind == "daily":
             found[kind, w] = daily_from([*by_kind[f"daily:{w}"], *by_kind[f"lostday:{w}"]])
-        else:
+        elif kind == "run":
             found[kind, w] = {r["backend_id"]: seconds(r["p90"]) for r in by_kind[f"run:{w}"] if r["p90"] is not None}
     return found
 
@@ -198,28 +205,18 @@ def daily_from(rows: list[dict]) -> dict[int, list[DayRate]]:
     }
 
 
-def summary_asks(*, event: str, since: datetime, spark_since: datetime | None, week_since: datetime) -> tuple:
-    """The windows and figures of the overview's summary: a window asked for twice is one window."""
-    windows: Windows = {}
-    names: dict[tuple[str, datetime], str] = {}
-
-    def window(event_: str, since_: datetime) -> str:
-        name = names.setdefault((event_, since_), f"w{len(names)}")
-        windows[name] = (event_, since_)
-        return name
-
-    stats, week = window(event, since), window("pull_request", week_since)
-    asks: list[Ask] = [("stats", stats), ("stats", week), ("run", week)]
+def summary_asks(*, event: str, since: datetime, spark_since: datetime | None) -> tuple:
+    """The windows and figures of the overview's summary."""
+    windows: Windows = {"w0": (event, since)}
+    asks: list[Ask] = [("stats", "w0")]
     if spark_since is not None:
-        asks.append(("daily", window(event, spark_since)))
-    return windows, list(dict.fromkeys(asks))
+        windows["w1"] = (event, spark_since)
+        asks.append(("daily", "w1"))
+    return windows, asks
 
 
-def summary_from(found: dict[Ask, Any], windows: Windows, *, event: str, since: datetime, week_since: datetime):
-    names = {v: k for k, v in windows.items()}
-    stats, week = names[event, since], names["pull_request", week_since]
-    daily = next((v for (kind, _), v in found.items() if kind == "daily"), {})
-    return Summary(found["stats", stats], daily, found["stats", week], found["run", week])
+def summary_from(found: dict[Ask, Any]) -> Summary:
+    return Summary(found["stats", "w0"], found.get(("daily", "w1"), {}))
 
 
 def job_from_row(r: dict[str, Any]) -> Job:

@@ -28,7 +28,17 @@ import json
 from typing import Any
 
 from hud import clickhouse
-from hud.store import FIGURE_COLUMNS, JOB_COLUMNS, OUTCOME_COUNTS, Ask, BackendWindow, Windows, latest_order
+from hud.store import (
+    COUNTED,
+    FIGURE_COLUMNS,
+    JOB_COLUMNS,
+    OUTCOME_COUNTS,
+    OVERRUN_SECONDS,
+    Ask,
+    BackendWindow,
+    Windows,
+    latest_order,
+)
 from ootci.models import JobResult
 
 SINCE = "{since:DateTime64(6, 'UTC')}"
@@ -102,6 +112,17 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
             tail = f"{latest} GROUP BY backend_id, day"
             ok, total = "countIf(outcome = 'success')", "countIf(outcome IN ('success', 'test', 'infra'))"
             selects.append(figure_select(f"daily:{w}", tail, day="toDate(finished_at)", ok=ok, total=total))
+        elif kind == "gates":
+            selects.append(
+                figure_select(
+                    f"gates:{w}",
+                    f"{latest} GROUP BY backend_id",
+                    **{column: f"countIf(outcome = '{outcome}')" for column, outcome in OUTCOME_COUNTS.items()},
+                    timed_out="countIf(outcome = 'infra' AND conclusion = 'timed_out')",
+                    overruns=f"countIf({COUNTED} AND execution_time > {OVERRUN_SECONDS})",
+                    queue_avg="avg(queue_time)",
+                )
+            )
         else:
             span = "dateDiff('microsecond', min(began), max(finished_at)) / 1e6"
             per_pr = (
@@ -109,7 +130,8 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
                 "GROUP BY backend_id, pr_number, job_sha"
             )
             tail = f"FROM ({per_pr}) GROUP BY backend_id"
-            selects.append(figure_select(f"run:{w}", tail, p90="quantileExactInclusive(0.9)(span)"))
+            p50, p90 = "quantileExactInclusive(0.5)(span)", "quantileExactInclusive(0.9)(span)"
+            selects.append(figure_select(f"run:{w}", tail, p50=p50, p90=p90))
     return " UNION ALL ".join(selects)
 
 

@@ -13,10 +13,12 @@ from datetime import datetime
 from django.db import connection
 
 from hud.store import (
+    COUNTED,
     FIGURE_COLUMNS,
     JOB_COLUMNS,
     NEEDS,
     OUTCOME_COUNTS,
+    OVERRUN_SECONDS,
     Ask,
     BackendWindow,
     Windows,
@@ -159,13 +161,30 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
                     total="SUM(CASE WHEN outcome IN ('success', 'test', 'infra') THEN 1 ELSE 0 END)",
                 )
             )
+        elif kind == "gates":
+            selects.append(
+                figure_select(
+                    d,
+                    f"gates:{w}",
+                    f"{mine} GROUP BY backend_id",
+                    backend_id="backend_id",
+                    **{column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()},
+                    timed_out=count("infra", also=" AND conclusion = 'timed_out'"),
+                    overruns=f"SUM(CASE WHEN {COUNTED} AND execution_time > {OVERRUN_SECONDS} THEN 1 ELSE 0 END)",
+                    queue_avg="AVG(queue_time)",
+                )
+            )
         else:
             per_pr = (
                 f"SELECT backend_id, {d.seconds('MAX(finished_at)', 'MIN(began)')} AS span {mine} "
                 "WHERE outcome <> 'running' GROUP BY backend_id, pr_number, job_sha"
             )
             tail = f"FROM ({per_pr}) per_pr GROUP BY backend_id"
-            selects.append(figure_select(d, f"run:{w}", tail, backend_id="backend_id", p90=d.pct("span", 0.9)))
+            selects.append(
+                figure_select(
+                    d, f"run:{w}", tail, backend_id="backend_id", p50=d.pct("span", 0.5), p90=d.pct("span", 0.9)
+                )
+            )
     return selects
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from ootci.gates import Readiness
+
 
 def rate(part: int, whole: int) -> float | None:
     """``part`` in percent of ``whole``, one decimal; None (shown as "no data", never 0 %) when ``whole`` is 0."""
@@ -81,30 +83,11 @@ class DayRate:
 
 
 @dataclass(frozen=True)
-class Eligibility:
-    """A backend against the RFC-0050 L3 bar, over the last 7 days of pull_request jobs."""
-
-    success_rate: float | None
-    queue_p90: float | None
-    pr_run_p90: float | None
-    meets_success: bool
-    meets_queue: bool
-    meets_run_time: bool
-    verdict: str  # "meets-l3" | "below-level" | "not-yet" | "no-data"
-
-    @property
-    def meets_l3(self) -> bool:
-        return self.meets_success and self.meets_queue and self.meets_run_time
-
-
-@dataclass(frozen=True)
 class Summary:
     """The job-result figures of the overview, which a store computes from one latest-attempt selection."""
 
     stats: dict[int, BackendStats]  # the window and event asked for
     daily: dict[int, list[DayRate]]  # the sparkline window (days with runs only, as pages.daily)
-    weekly: dict[int, BackendStats]  # pull_request, the last 7 days: the L3 bar
-    pr_run_p90: dict[int, float]  # pull_request, the last 7 days
 
 
 @dataclass(frozen=True)
@@ -123,7 +106,7 @@ class HealthRow:
     backend: BackendInfo
     stats: BackendStats
     spark: list[DayRate]
-    eligibility: Eligibility
+    readiness: Readiness
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ urlpatterns: list = [
     path("oot/pr/<int:number>/", views.pull_request, name="pull-request"),
     path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
+    path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
+    path("oot/<str:org>/<str:repo>/badge.svg", views.badge, name="badge"),
     path("api/oot/", api.OverviewView.as_view(), name="api-overview"),
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
@@ -24,5 +26,6 @@ urlpatterns: list = [
     path(
         "api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/tests/", api_tests.JobTestsView.as_view(), name="api-job-tests"
     ),
+    path("api/oot/<str:org>/<str:repo>/readiness/", api.ReadinessView.as_view(), name="api-readiness"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -10,15 +10,18 @@ from dataclasses import replace
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import cache_page
 
-from hud import params, queries
+from hud import badges, params, queries
 from hud.types import BackendInfo, BackendStats, Matrix, PrGroup
 from ootci import allowlist, errors
 
 FRAGMENT_HEADER = "X-HUD-Fragment"
 FAILING = ("test", "infra")
 FIRST_FAILED_TESTS = 3
+BADGE_SECONDS = 60
 
 
 def analytics_fallback(request: HttpRequest) -> dict:
@@ -81,6 +84,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "job_filter": job_filter,
         "day_choices": params.DAYS,
         "failures": queries.job_failures(failed_ids),
+        "badge_markdown": badge_markdown(request, info),
     }
     return render_page(request, "backend", context)
 
@@ -162,3 +166,29 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         return errors.not_found(request, exception)
     message = exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
     return render(request, "hud/404.html", {"message": message, "path": request.path}, status=404)
+
+
+def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
+    """The backend against the level gates over the fixed promotion and demotion windows, with its verdict."""
+    info = backend_or_404(org, repo)
+    verdict = queries.readiness(shown=[info])[info.id]
+    return render(request, "hud/readiness.html", {"backend": info, "r": verdict})
+
+
+@cache_page(BADGE_SECONDS)
+def badge(request: HttpRequest, org: str, repo: str) -> HttpResponse:
+    """Level and pass rate over ``days`` of ``event`` (the page's parameters) as an SVG badge; cached 60 s."""
+    info = backend_or_404(org, repo)
+    days, event = params.days(request), params.event(request)
+    counts = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats()).counts
+    rate = counts.pass_rate
+    message = f"{info.level} · {'no data' if rate is None else f'{rate:g}%'}"
+    title = f"{info.repo}: {info.level}, pass rate of {event} jobs over {days} days"
+    svg = badges.badge_svg(label="OOT CI", message=message, pass_rate=rate, title=title)
+    return HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+
+
+def badge_markdown(request: HttpRequest, info: BackendInfo) -> str:
+    """The Markdown that embeds a backend's badge, linking to its page (shown on that page)."""
+    page = request.build_absolute_uri(reverse("hud:backend", args=[info.org, info.name]))
+    return f"[![OOT CI]({page}badge.svg)]({page})"

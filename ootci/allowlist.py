@@ -230,11 +230,13 @@ def apply(changes: Plan, *, actor: str, reason: str) -> None:
             backend.save(update_fields=["enabled", "updated_at"])
 
 
-def export_data() -> dict:
-    """The enabled allowlist as the RFC structure (plain dicts and lists, ready for YAML or JSON)."""
+def export_data(moved: dict[int, str] | None = None) -> dict:
+    """The enabled allowlist as the RFC structure (plain dicts and lists, ready for YAML or JSON); ``moved`` (backend
+    id → level) shows it as it would be with those backends at those levels."""
     data: dict = {level: [] for level in ORDER}
     data[Level.L3] = {}
-    for backend in Backend.objects.filter(enabled=True).order_by("level", "repo"):
+    for backend in Backend.objects.filter(enabled=True).order_by("repo"):
+        backend.level = (moved or {}).get(backend.pk, backend.level)
         if backend.level == Level.L3:
             data[Level.L3].setdefault(backend.device, {})[backend.repo] = list(backend.oncalls)
         elif backend.oncalls:
@@ -245,13 +247,13 @@ def export_data() -> dict:
     return data
 
 
-def export_yaml() -> str:
+def export_yaml(moved: dict[int, str] | None = None) -> str:
     """The allowlist in the RFC's own layout (block entries, `org/name: a, b` on-calls, L3 by device).
 
     Written by hand rather than by yaml.dump, whose flow mappings (`- {org/name: a}`) read badly;
     every name was validated against a pattern that needs no quoting.
     """
-    data = export_data()
+    data = export_data(moved)
     lines = []
     for level in ORDER:
         entries = data[level]

@@ -16,6 +16,7 @@ which every write of a JobResult changes. If another writer got there first, the
 transition decided again, so concurrent identical reports apply once.
 """
 
+import json
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +31,8 @@ from ootci.replication import job_results_changed
 Status, Source = JobResult.Status, JobResult.Source
 # How often a write that lost a race is decided again before giving up (each retry means another writer succeeded).
 MAX_TRIES = 5
+FAILED_TESTS_CAP = 1000  # failed-test entries kept per job
+FAILED_TEST_TEXT_CAP = 1000  # characters kept per entry
 RECORDED = "SELECT * FROM ootci_jobresult WHERE " + " AND ".join(f"{name} = %s" for name in JobResult.ATTEMPT_FIELDS)
 # The fields a parsed test report sets on its job (relay.test_reports), over what the completed callback stated.
 REPORT_COUNTS = frozenset({"passed", "failed", "skipped", "failed_tests"})
@@ -213,3 +216,27 @@ def _diff(job: JobResult, stated: dict[str, Any]) -> str:
         )
         or "failed_tests differ"
     )
+
+
+def failed_tests_capped(entries: list[Any]) -> list[str]:
+    """The failed-test list as stored: text entries, at most FAILED_TESTS_CAP, each at most FAILED_TEST_TEXT_CAP."""
+    kept = []
+    for entry in entries:
+        text = _failed_test_text(entry).replace("\x00", "").strip()
+        if not text:
+            continue
+        kept.append(text if len(text) <= FAILED_TEST_TEXT_CAP else text[: FAILED_TEST_TEXT_CAP - 1] + "…")
+        if len(kept) == FAILED_TESTS_CAP:
+            break
+    return kept
+
+
+def _failed_test_text(entry: Any) -> str:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict):
+        name = str(entry.get("name") or entry.get("nodeid") or entry.get("test") or "")
+        message = str(entry.get("message") or "")
+        if name:
+            return f"{name}: {message}" if message else name
+    return json.dumps(entry, ensure_ascii=False)

@@ -227,11 +227,23 @@ ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
 DISPATCH_RETRY_WINDOW_HOURS = env.float("DISPATCH_RETRY_WINDOW_HOURS", default=ZOMBIE_TIMEOUT_HOURS)
 DISPATCH_RETRY_LATER_MAX_SECONDS = env.float("DISPATCH_RETRY_LATER_MAX_SECONDS", default=1800.0)
 
-# HUD: the RFC-0050 evolution-path bar for L3 ("Stable"). The RFC leaves the numbers open (`X`); these
-# defaults follow the reference HUD's L3 colours (pass rate > 90 %) and are meant to be tuned per deployment.
-HUD_L3_MIN_WEEKLY_SUCCESS_RATE = env.float("HUD_L3_MIN_WEEKLY_SUCCESS_RATE", default=90.0)  # percent
-HUD_L3_MAX_P90_QUEUE_MINUTES = env.float("HUD_L3_MAX_P90_QUEUE_MINUTES", default=30.0)
-HUD_L3_MAX_PR_RUN_HOURS = env.float("HUD_L3_MAX_PR_RUN_HOURS", default=4.0)  # p90 wall-clock per PR head SHA
+# Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
+# {"L4": {"queue_avg_minutes": 20}}. READINESS_FIGURES names the function that computes the figures (the HUD's).
+LEVEL_GATES = env.json("LEVEL_GATES", default={})
+READINESS_FIGURES = "hud.queries.readiness_figures"
+# On-call notifications (relay/notify.py): tries per notification, first retry delay (doubling), the public URL
+# the messages link to, and Django's email backend (EMAIL_URL, e.g. smtp+tls://user:pass@host:587) and sender.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
+NOTIFY_RETRY_SECONDS = env.float("NOTIFY_RETRY_SECONDS", default=30.0)
+PUBLIC_URL = env.str("PUBLIC_URL", default="")
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST, EMAIL_PORT = _email.get("EMAIL_HOST") or "localhost", _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER, EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_USER", ""), _email.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS, EMAIL_USE_SSL = _email.get("EMAIL_USE_TLS", False), _email.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="oot-ci@localhost")
+# HUD colours: a pass rate at or above this is "good", within 15 points of it "fair" (the reference HUD's L3 colour).
+HUD_PASS_RATE_GOOD = env.float("HUD_PASS_RATE_GOOD", default=90.0)
 # Seconds the HUD serves an aggregate figure from the cache (0: compute on every request). The default pages' figures
 # are recomputed every minute (hud.tasks.figures_refresh); three minutes leave room for a late or slow run.
 HUD_CACHE_SECONDS = env.int("HUD_CACHE_SECONDS", default=180)

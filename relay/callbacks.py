@@ -6,7 +6,6 @@ we made to that repo, and PR and SHA come from our Delivery, never from what it 
 reference relay's forwarded reports as they are (``trusted`` was verified by that relay).
 """
 
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -15,16 +14,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay import check_runs, job_logs, ratelimit, test_reports
+from relay import alerts, check_runs, job_logs, ratelimit, test_reports
 from relay.tokens import callback_token_matches
 
 logger = logging.getLogger(__name__)
 
 SELF_REPORT_EVENTS = frozenset({Event.NIGHTLY, Event.PERIODIC})
-FAILED_TESTS_CAP = 1000  # entries kept per job
-FAILED_TEST_TEXT_CAP = 1000  # characters kept per entry
 UPSTREAM_SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 # Refused callbacks are counted in the database; past this many rows per minute and repo (unverified
 # callers share one budget) they are only logged, so that a flood of junk cannot flood the table.
@@ -108,6 +106,7 @@ def callback_accept(
     if applied.changed:
         test_reports.job_reports_pull_wanted(applied.job)
         job_logs.job_log_after_report(job=applied.job)
+        alerts.after_report(job=applied.job)
     return CallbackOutcome(applied.job, applied.changed)
 
 
@@ -163,19 +162,6 @@ def callback_rejection_record(*, repo: str, status_code: int, detail: str) -> bo
     return True
 
 
-def failed_tests_capped(entries: list[Any]) -> list[str]:
-    """The failed-test list as stored: text entries, at most FAILED_TESTS_CAP, each at most FAILED_TEST_TEXT_CAP."""
-    kept = []
-    for entry in entries:
-        text = _failed_test_text(entry).replace("\x00", "").strip()
-        if not text:
-            continue
-        kept.append(text if len(text) <= FAILED_TEST_TEXT_CAP else text[: FAILED_TEST_TEXT_CAP - 1] + "…")
-        if len(kept) == FAILED_TESTS_CAP:
-            break
-    return kept
-
-
 def _callback_dispatch(*, backend: Backend, delivery_id: str, callback_token: str) -> Dispatch:
     """Our dispatch of ``delivery_id`` to ``backend``, with what a report needs of its delivery and PR as attributes
     (event, upstream_repo, head_sha, pull_request_id, pr_number)."""
@@ -224,7 +210,7 @@ def _stated(workflow: dict[str, Any]) -> dict[str, Any]:
     results = workflow.get("test_results") or {}
     stated.update({name: results[name] for name in ("passed", "failed", "skipped") if results.get(name) is not None})
     if results.get("failed_tests") is not None:
-        stated["failed_tests"] = failed_tests_capped(results["failed_tests"])
+        stated["failed_tests"] = jobs.failed_tests_capped(results["failed_tests"])
     if url := JobResult.safe_link(workflow.get("artifact_url")):
         stated["artifact_url"] = url
     return stated
@@ -268,14 +254,3 @@ def _attempt(value: Any) -> int:
     except (TypeError, ValueError):
         return 1
     return attempt if 1 <= attempt <= MAX_COUNT else 1
-
-
-def _failed_test_text(entry: Any) -> str:
-    if isinstance(entry, str):
-        return entry
-    if isinstance(entry, dict):
-        name = str(entry.get("name") or entry.get("nodeid") or entry.get("test") or "")
-        message = str(entry.get("message") or "")
-        if name:
-            return f"{name}: {message}" if message else name
-    return json.dumps(entry, ensure_ascii=False)

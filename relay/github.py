@@ -285,6 +285,36 @@ def workflow_run_rerun_failed_jobs(*, repo: str, run_id: int) -> bool:
     raise _error(status, headers, data, f"POST {path}")
 
 
+# --- issues and PR comments (on-call notifications, relay.notify) ----------------------------------------------------
+
+
+def _send(repo: str, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    client = installation_client(repo=repo)
+    return _calling(repo, f"{method} {path}", lambda: client.requester.requestJsonAndCheck(method, path, input=body)[1])
+
+
+def issue_comment_create(*, repo: str, number: int, body: str) -> int:
+    """POST /repos/{repo}/issues/{number}/comments (a PR is an issue); returns the comment's id."""
+    return int(_send(repo, "POST", f"/repos/{repo}/issues/{number}/comments", {"body": body})["id"])
+
+
+def issue_comment_update(*, repo: str, comment_id: int, body: str) -> None:
+    """PATCH /repos/{repo}/issues/comments/{comment_id}: the comment edited in place."""
+    _send(repo, "PATCH", f"/repos/{repo}/issues/comments/{comment_id}", {"body": body})
+
+
+def issue_create(*, repo: str, title: str, body: str) -> int:
+    """POST /repos/{repo}/issues; returns the new issue's number."""
+    return int(_send(repo, "POST", f"/repos/{repo}/issues", {"title": title, "body": body})["number"])
+
+
+def issue_close(*, repo: str, number: int, body: str) -> None:
+    """PATCH /repos/{repo}/issues/{number} to closed, with its body brought up to date."""
+    _send(
+        repo, "PATCH", f"/repos/{repo}/issues/{number}", {"state": "closed", "state_reason": "completed", "body": body}
+    )
+
+
 def _calling(repo: str, what: str, call: Any) -> Any:
     """Run a PyGithub ``call``; its exceptions become ours (``GitHubError``/``RateLimited``)."""
     try:

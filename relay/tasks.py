@@ -2,7 +2,7 @@
 
 import logging
 
-from relay import check_runs, intake, job_logs, journal, outbox, reruns, sweeper, test_reports
+from relay import alerts, check_runs, intake, job_logs, journal, notify, outbox, reruns, sweeper, test_reports
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def test_report_parse(report_id: int) -> str:
 
 
 def test_reports_clean() -> int:
-    """Scheduled daily (relay/migrations/0004_test_reports_clean_schedule.py)."""
+    """Scheduled daily (relay/migrations/0005_test_reports_clean_schedule.py)."""
     return test_reports.test_reports_clean()
 
 
@@ -97,3 +97,21 @@ def test_reports_clean() -> int:
 def job_log_classify(job_id: int) -> str:
     """Enqueued on commit by a callback that completed a job as failed, by an uploaded log and by reclassify."""
     return job_logs.job_log_classify(job_id=job_id)
+
+
+# --- on-call alerts and notifications ----------------------------------------------------------
+
+
+def alerts_evaluate(job_id: int) -> str:
+    """Enqueued on commit by a callback that completed a job (relay.alerts.after_report)."""
+    return alerts.job_alerts_evaluate(job_id=job_id)
+
+
+def alerts_periodic() -> dict:
+    """Scheduled every minute (relay/migrations/0006_alerts_schedule.py): relay health and readiness gates."""
+    return alerts.periodic_evaluate()
+
+
+def notification_send(notification_id: int, attempt: int = 1) -> str:
+    """Enqueued on commit when an incident changes; retries schedule it again."""
+    return notify.notification_send(notification_id=notification_id, attempt=attempt)

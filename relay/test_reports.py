@@ -24,10 +24,10 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import junit
+from ootci import jobs, junit
 from ootci.models import JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
-from relay import archive, callbacks, check_runs, github
+from relay import archive, check_runs, github
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ def job_counts_from_reports(job: JobResult) -> None:
         passed=totals["passed"],
         failed=totals["failed"] + totals["errors"] + totals["xpassed"],
         skipped=totals["skipped"] + totals["xfailed"],
-        failed_tests=callbacks.failed_tests_capped(list(names)),
+        failed_tests=jobs.failed_tests_capped(list(names)),
         updated_at=timezone.now(),  # update() skips auto_now; replication follows it
     )
     job_results_changed()

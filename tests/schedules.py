@@ -9,12 +9,15 @@ from django.db import migrations
 
 
 def schedules_installed() -> None:
-    """Run again every data operation of the relay's and the HUD's migrations (each installs one schedule, with
+    """Run again every data operation of the migrations (each installs one schedule, with
     update_or_create, so running it again changes nothing)."""
-    for app in ("relay", "hud"):
+    for app in ("ootci", "relay", "hud"):
         package = importlib.import_module(f"{app}.migrations")
         for module in pkgutil.iter_modules(package.__path__):
             migration = importlib.import_module(f"{app}.migrations.{module.name}").Migration
             for operation in migration.operations:
-                if isinstance(operation, migrations.RunPython):
+                # ootci's migrations also install data that is not a schedule (default rules): those are left alone.
+                if not isinstance(operation, migrations.RunPython):
+                    continue
+                if app != "ootci" or operation.code.__module__ == "ootci.schedules":
                     operation.code(apps, None)

@@ -134,15 +134,24 @@ def hud_settings() -> dict:
     from django.conf import settings
 
     from hud.queries import EVENTS
+    from ootci import gates
 
     return {
-        "success": f"{settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE:g}",
-        "queue": f"{settings.HUD_L3_MAX_P90_QUEUE_MINUTES:g}",
-        "run": f"{settings.HUD_L3_MAX_PR_RUN_HOURS:g}",
+        "good": f"{settings.HUD_PASS_RATE_GOOD:g}",
+        "gates": {level: gates.gates(level) for level in ("L3", "L4")},
+        "promotion_days": gates.PROMOTION_DAYS,
+        "demotion_days": gates.DEMOTION_DAYS,
+        "notice_days": gates.NOTICE_WORKING_DAYS,
         "zombie": f"{settings.ZOMBIE_TIMEOUT_HOURS:g}",
         "events": EVENTS,
         "upstream": settings.UPSTREAM_REPO,
     }
+
+
+@register.filter
+def gate_value(result) -> str:
+    """A gate's value with its unit, or "no data"."""
+    return "no data" if result.value is None else f"{result.value:g} {result.gate.unit}"
 
 
 @register.filter

@@ -3,8 +3,11 @@
 - ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
 - ``reports``: per-test results (TestReport, TestCase).
 - ``failures``: the log classifier's rules and each failed job's classification.
+- ``governance``: level reviews, gate notices and temporary downgrades.
+- ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 """
 
+from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
 from ootci.models.core import (
     REPO_PATTERN,
     Backend,
@@ -21,9 +24,15 @@ from ootci.models.core import (
     validate_repo,
 )
 from ootci.models.failures import FailureClass, FailureRule, JobFailure
+from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.reports import TestCase, TestReport
 
 __all__ = [
+    "AlertRule",
+    "Incident",
+    "Notification",
+    "NotificationChannel",
+    "PrComment",
     "REPO_PATTERN",
     "Backend",
     "CallbackRejection",
@@ -35,10 +44,14 @@ __all__ = [
     "FailureRule",
     "JobFailure",
     "JobResult",
+    "GateNotice",
     "LevelChange",
+    "LevelReview",
     "PullRequest",
     "TestCase",
     "TestReport",
+    "TemporaryDowngrade",
+    "allowlisted_level",
     "default_events",
     "lost_cutoff",
     "validate_repo",

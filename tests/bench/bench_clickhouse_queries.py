@@ -90,7 +90,6 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
     now = timezone.now()
     npu = queries.backend("bench/npu")
     job = JobResult.objects.filter(backend=npu.id, pr_number__isnull=False).order_by("-created_at").first()
-    levels = {b.id: b.level for b in queries.backends()}
     calls = {
         "summary (/oot/, 7 days)": lambda: queries.overview(days=7, event="pull_request", now=now),
         "summary, 30 days": lambda: queries.overview(days=30, event="pull_request", now=now),
@@ -106,7 +105,7 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
         "job view": lambda: queries.job_detail(backend_id=npu.id, job_id=job.id),
         "metrics, 30 days": lambda: queries.metrics(days=30, event="pull_request", now=now),
         "metrics, 90 days": lambda: queries.metrics(days=90, event="pull_request", now=now),
-        "eligibility": lambda: queries.eligibility(now=now, levels=levels),
+        "readiness": lambda: queries.readiness(now=now),
     }
 
     opens = []

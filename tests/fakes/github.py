@@ -126,6 +126,13 @@ class FakeGitHub:
         self.route("GET", REPO + r"/actions/runs/(?P<id>\d+)/attempts/(?P<attempt>\d+)/jobs")(_attempt_jobs)
         self.route("GET", REPO + r"/actions/jobs/(?P<id>\d+)/logs")(_job_log_redirect)
         self.route("GET", r"/storage/job-logs/(?P<id>\d+)")(_job_log_blob)
+        # Issues and issue (PR) comments: ``issues`` keyed by (repo, number), ``comments`` by id.
+        self.issues: dict[tuple[str, int], dict[str, Any]] = {}
+        self.comments: dict[int, dict[str, Any]] = {}
+        self.route("POST", REPO + r"/issues/(?P<number>\d+)/comments")(_comment_create)
+        self.route("PATCH", REPO + r"/issues/comments/(?P<id>\d+)")(_comment_update)
+        self.route("POST", REPO + r"/issues")(_issue_create)
+        self.route("PATCH", REPO + r"/issues/(?P<number>\d+)")(_issue_update)
 
     # --- programming ----------------------------------------------------------------------------
 
@@ -537,3 +544,64 @@ def _job_log_blob(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
     if request.headers.get("authorization"):
         return Reply(400, {"message": "Authorization header not allowed with a signed URL"})
     return Reply(200, fake.job_logs[int(m["id"])])
+
+
+# --- issues and comments ------------------------------------------------------------------------------------------
+
+
+def _comment_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    body = request.json or {}
+    if not isinstance(body.get("body"), str) or not body["body"]:
+        return Reply(422, {"message": "Invalid request.\n\nbody is required."})
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    with fake._lock:
+        cid = 9000 + len(fake.comments) + 1
+        fake.comments[cid] = {"id": cid, "repo": repo, "issue": int(m["number"]), "body": body["body"], "edits": 0}
+        comment = dict(fake.comments[cid])
+    return Reply(201, comment | {"url": f"{fake.url}/repos/{repo}/issues/comments/{cid}"})
+
+
+def _comment_update(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    with fake._lock:
+        comment = fake.comments.get(int(m["id"]))
+        if comment is None or comment["repo"] != f"{m['owner']}/{m['repo']}".lower():
+            return Reply(404, {"message": "Not Found"})
+        comment.update(body=(request.json or {}).get("body", comment["body"]), edits=comment["edits"] + 1)
+        return Reply(
+            200, dict(comment) | {"url": f"{fake.url}/repos/{comment['repo']}/issues/comments/{comment['id']}"}
+        )
+
+
+def _issue_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    body = request.json or {}
+    if not isinstance(body.get("title"), str) or not body["title"]:
+        return Reply(422, {"message": "Invalid request.\n\ntitle is required."})
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    with fake._lock:
+        number = 1 + sum(1 for r, _ in fake.issues if r == repo)
+        fake.issues[repo, number] = {
+            "number": number,
+            "title": body["title"],
+            "body": body.get("body", ""),
+            "state": "open",
+        }
+        issue = dict(fake.issues[repo, number])
+    return Reply(201, issue | {"url": f"{fake.url}/repos/{repo}/issues/{number}"})
+
+
+def _issue_update(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    with fake._lock:
+        issue = fake.issues.get((repo, int(m["number"])))
+        if issue is None:
+            return Reply(404, {"message": "Not Found"})
+        issue.update({k: v for k, v in (request.json or {}).items() if k in ("state", "body", "title", "state_reason")})
+        return Reply(200, dict(issue) | {"url": f"{fake.url}/repos/{repo}/issues/{issue['number']}"})

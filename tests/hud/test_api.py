@@ -24,7 +24,7 @@ def test_the_overview_api_gives_the_hand_counted_figures(client):
     assert row["backend"]["repo"] == s.backend.repo
     assert (counts["successes"], counts["test_failures"], counts["infra_failures"], counts["lost"]) == (2, 1, 3, 1)
     assert (counts["total"], counts["pass_rate"]) == (6, 33.3)
-    assert row["eligibility"]["verdict"] == "not-yet"
+    assert row["readiness"]["verdict"] == "not-yet"
     assert len(row["spark"]) == 14
     assert data["relay"]["dispatches_lost"] == 1
 
@@ -98,4 +98,4 @@ def test_the_overview_api_query_count_is_pinned(client):
     with CaptureQueriesContext(connection) as captured:
         get_json(client, "/api/oot/")
 
-    assert len(captured) == 6  # as the /oot/ page
+    assert len(captured) == 9  # as the /oot/ page

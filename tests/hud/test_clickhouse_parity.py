@@ -43,7 +43,7 @@ def figures(*, now, backend_ids, pr_numbers, job_ids, events=queries.EVENTS, pag
                         )
         for days in (14, 90):
             found["metrics", days, event] = queries.metrics(days=days, event=event, now=now)
-    found["eligibility"] = queries.eligibility(now=now, levels={b.id: b.level for b in queries.backends()})
+    found["readiness"] = queries.readiness(now=now)
     for number in pr_numbers:
         found["pr", number] = queries.pull_request(number)
     for bid in backend_ids:
@@ -175,3 +175,36 @@ def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb
     clickhouse_replication.replicate()
 
     assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id], pr_numbers=[], job_ids=[])
+
+
+def test_readiness_at_each_gates_edge_is_the_same_in_both_stores(settings, chdb_url, make_backend):
+    from tests.hud.test_readiness import pr_jobs
+
+    edge = make_backend("edge/npu", "L3", device="edge")  # 100 jobs: 1 timeout, 1 overrun; queue average 1800 s
+    pr_jobs(edge, 97, queue_time=1800.0)
+    pr_jobs(edge, 1, first=200, queue_time=1799.0, execution_time=3 * 3600.0 + 1)
+    pr_jobs(edge, 1, first=300, queue_time=1801.0, execution_time=3 * 3600.0)
+    job(
+        edge,
+        name="t",
+        conclusion="timed_out",
+        event_type="pull_request",
+        pr_number=9,
+        head_sha="9" * 40,
+        queue_time=1800.0,
+        finished=ago(days=9),
+    )
+    now = timezone.now()
+    settings.CLICKHOUSE_URL = ""
+    from_database = queries.readiness(now=now)
+    settings.CLICKHOUSE_URL = chdb_url
+    clickhouse_replication.replicate()
+    with queries.unit_of_work():
+        from_clickhouse = queries.readiness(now=now)
+        assert queries.fallback_reason() == ""
+
+    assert from_clickhouse == from_database
+    r = from_clickhouse[edge.id]
+    assert (r.promotion.total, r.promotion.overruns, r.promotion.timed_out, r.promotion.queue_avg) == (100, 1, 1, 1800)
+    assert [g.passed for g in r.promotion_gates] == [False, False, True, False]
+    assert (r.demotion.total, [g.passed for g in r.demotion_gates]) == (99, [False, False, True, True])  # 1 of 99

@@ -122,27 +122,6 @@ def test_the_overview_sorts_worst_first_and_lists_l1(make_backend):
     assert idle.id
 
 
-@pytest.mark.parametrize(
-    ("level", "rate", "queue_p90", "run_p90", "verdict"),
-    [
-        ("L2", 95.0, 600.0, 3600.0, "meets-l3"),
-        ("L2", 89.9, 600.0, 3600.0, "not-yet"),
-        ("L3", 95.0, 1801.0, 3600.0, "below-level"),
-        ("L4", 95.0, 600.0, 4 * 3600.0 + 1, "below-level"),
-        ("L3", None, None, None, "no-data"),
-    ],
-)
-def test_eligibility_compares_the_week_with_the_l3_bar(settings, level, rate, queue_p90, run_p90, verdict):
-    settings.HUD_L3_MIN_WEEKLY_SUCCESS_RATE = 90
-    settings.HUD_L3_MAX_P90_QUEUE_MINUTES = 30
-    settings.HUD_L3_MAX_PR_RUN_HOURS = 4
-    counts = Counts() if rate is None else Counts(successes=int(rate * 10), infra_failures=1000 - int(rate * 10))
-
-    result = queries.judge(level, BackendStats(counts=counts, queue_p90=queue_p90), run_p90)
-
-    assert result.verdict == verdict
-
-
 def test_pr_run_time_spans_first_start_to_last_finish_of_latest_attempts(make_backend):
     backend = make_backend("span/npu", "L3", device="s")
     pr = pull_request(5, "5" * 40)
@@ -336,10 +315,11 @@ def test_the_refresh_task_caches_every_figure_the_default_pages_show(
     tasks.figures_refresh()
     job(s.backend, name="late", event_type="pull_request", pr_number=101, head_sha=scenario.A)  # after the refresh
 
-    pages = ["/oot/", "/oot/?days=1", "/oot/?days=30", "/api/oot/", "/oot/metrics/", "/oot/metrics/?days=90"]
+    # the allowlist (and on the overview the gate notices, which are not figures); every figure comes from the cache
+    pages = {"/oot/": 2, "/oot/?days=1": 2, "/oot/?days=30": 2, "/api/oot/": 2, "/oot/metrics/": 1}
     with django_capture_on_commit_callbacks() as enqueued:
-        for url in pages:
-            with django_assert_num_queries(1):  # the allowlist; every figure comes from the cache
+        for url, n in (pages | {"/oot/metrics/?days=90": 1}).items():
+            with django_assert_num_queries(n):
                 assert client.get(url).status_code == 200
     assert enqueued == []
     assert "33.3" in client.get("/oot/").content.decode()  # as refreshed: 2 of 6, without the late job

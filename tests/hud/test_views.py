@@ -28,8 +28,9 @@ def test_the_overview_shows_the_hand_counted_figures(client):
     row = text(html.split(f'data-repo="{s.backend.repo}"')[1].split("</tr>")[0])
     # repo, running, pass rate + band, successes, test and infra failures (lost), total, queue p50 / p90, run p50
     assert "acme/npu npu · 1 running 33.3% poor 2 1 3 (1 lost) 6 2.5m / 3.7m 4.2m" in row
-    # the missed L3 criteria are marked by more than colour
-    assert "below L3 bar ✗ missed: 33.3% · q90 3.7m · ✗ missed: PR90 1.0d" in row
+    # the L3 gates over 14 days; the missed ones are marked by more than colour
+    gates = "queue 2.5 min · overrun 0 % · ✗ missed: E2E p50 12.5 h · ✗ missed: timeout 14.29 %"
+    assert f"not yet eligible for L3: 2 gate(s) not met {gates}" in row
     assert "How we count" in html
     assert "Lost (no callback)" in html and "Waiting for retry" in html
 
@@ -182,10 +183,12 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
 @pytest.mark.parametrize(
     ("url", "queries"),
     [
-        # the allowlist; the figures' statement and their lost dispatches; relay health (dispatches, deliveries,
-        # rejections)
-        ("/oot/", 6),
-        ("/oot/?days=30&event=push", 6),
+        # the allowlist; the figures' statement and their lost dispatches; the readiness statement, its lost
+        # dispatches and the gate notices; relay health (dispatches, deliveries, rejections)
+        ("/oot/", 9),
+        ("/oot/?days=30&event=push", 9),
+        # the allowlist; the readiness statement, its lost dispatches; the gate notices
+        ("/oot/acme/npu/readiness/", 4),
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
         # the cells; the PR titles; the failed cells' failure lines (hud.failures, one query however many)
         ("/oot/acme/npu/", 9),
@@ -217,7 +220,7 @@ def test_every_page_renders_the_demo_data(client, db):
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
 
     overview = get(client, "/oot/")
-    assert "ascend/pytorch-npu" in overview and "meets L3 bar" in overview
+    assert "ascend/pytorch-npu" in overview and "holds L4" in overview
     assert "example/hello-backend" in overview
     backend = get(client, "/oot/ascend/pytorch-npu/")
     assert "npu-ci / build" in backend

@@ -1,0 +1,8 @@
+"""django-q2 tasks of the shared domain: each calls one service and is safe to run twice."""
+
+from ootci import governance
+
+
+def readiness_review() -> dict[str, int]:
+    """Scheduled every 10 minutes (ootci/migrations/0007_governance.py)."""
+    return governance.readiness_review()

@@ -1,0 +1,320 @@
+"""On-call alerts on hand-built histories: each rule, the hysteresis and the cooldown, and every channel over real
+HTTP (the fake GitHub for PR comments and issues, a local receiver for the webhook) or Django's locmem outbox."""
+
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.core import mail
+from django.db import connection
+from django.utils import timezone
+from django_q.models import Schedule
+
+from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel
+from relay import alerts, notify
+from tests.hud.builders import ago, dispatch, job
+
+UPSTREAM = "pytorch/pytorch"
+COMMENTS = f"/repos/{UPSTREAM}/issues/\\d+/comments"
+
+
+@pytest.fixture
+def run_now(django_capture_on_commit_callbacks):
+    """Evaluate a job's rules as the task does, and run what it queues after the commit (the notification sends)."""
+
+    def run(j: JobResult) -> str:
+        with django_capture_on_commit_callbacks(execute=True):
+            return alerts.job_alerts_evaluate(job_id=j.pk)
+
+    return run
+
+
+def pr_job(backend, name: str, conclusion: str = "success", *, attempt: int = 1, tests=(), pr: int = 7, **fields):
+    failed = len(tests) if conclusion == "failure" and tests else None
+    return job(
+        backend,
+        name=name,
+        conclusion=conclusion,
+        event_type="pull_request",
+        pr_number=pr,
+        head_sha="a" * 40,
+        run_id=f"{name}-run",
+        run_attempt=attempt,
+        failed=failed,
+        failed_tests=list(tests),
+        created_at=ago(minutes=60 - attempt),
+        **fields,
+    )
+
+
+def baseline(backend, conclusion: str, *, n: int, event: str = "nightly", tests=()):
+    return job(
+        backend,
+        name="unit",
+        conclusion=conclusion,
+        event_type=event,
+        head_sha=f"{n:040d}",
+        finished=ago(hours=48 - n),
+        failed=len(tests) or None,
+        failed_tests=list(tests),
+    )
+
+
+def rules_installed() -> None:
+    """The default rules (a migration installs them; a transactional test's flush removes them)."""
+    for kind, threshold in (
+        ("baseline_failures", 3),
+        ("pr_test_failure", 1),
+        ("relay_health", 20),
+        ("gate_failing", 1),
+    ):
+        AlertRule.objects.get_or_create(kind=kind, backend=None, defaults={"threshold": threshold})
+
+
+class Receiver:
+    """A local HTTP endpoint for the webhook channel; answers ``status`` and keeps what it got."""
+
+    def __init__(self, status: int = 200):
+        self.status, self.got = status, []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(outer.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def stop(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def l4(make_backend, fake_github, settings):
+    rules_installed()
+    settings.UPSTREAM_REPO = UPSTREAM
+    settings.NOTIFY_RETRY_SECONDS = 0
+    backend = make_backend("ascend/npu", "L4", device="npu", oncalls=["alice"])
+    NotificationChannel.objects.create(backend=backend, kind="pr_comment")
+    return backend
+
+
+# --- PR test failures --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_pr_test_failure_comments_once_then_edits_in_place_and_resolves(l4, fake_github, run_now):
+    assert run_now(pr_job(l4, "build")) == "quiet"  # a success pings nobody
+    assert run_now(pr_job(l4, "ut", "failure", tests=["test_add"])) == "opened"
+    [comment] = fake_github.comments.values()
+    assert comment["issue"] == 7 and "ut" in comment["body"] and "`test_add`" in comment["body"]
+
+    assert run_now(pr_job(l4, "ut", "failure", attempt=2, tests=["test_add", "test_mul"])) == "updated"
+    assert run_now(pr_job(l4, "ut", attempt=3)) == "resolved"
+
+    [comment] = fake_github.comments.values()
+    assert comment["edits"] == 2 and "Resolved" in comment["body"]
+    assert len(fake_github.requests_to("POST", COMMENTS)) == 1
+    assert len(fake_github.requests_to("PATCH", f"/repos/{UPSTREAM}/issues/comments/\\d+")) == 2
+    assert Incident.objects.get().state == "resolved"
+    assert Notification.objects.get().status == "sent"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("level", "conclusion", "tests"), [("L2", "failure", ["t"]), ("L4", "failure", []), ("L4", "timed_out", [])]
+)
+def test_no_ping_for_l2_prs_or_infrastructure_failures(make_backend, fake_github, run_now, level, conclusion, tests):
+    backend = make_backend("a/npu", level, device="npu")
+    NotificationChannel.objects.create(backend=backend, kind="pr_comment")
+
+    run_now(pr_job(backend, "ut", conclusion, tests=tests))
+
+    assert not Incident.objects.exists() and not fake_github.comments
+
+
+@pytest.mark.django_db
+def test_a_test_failing_on_the_baseline_too_is_not_new_on_the_pr(l4, fake_github, run_now):
+    baseline(l4, "failure", n=1, tests=["test_known"])
+    job(
+        l4,
+        name="ut",
+        conclusion="failure",
+        event_type="nightly",
+        head_sha="b" * 40,
+        failed=1,
+        failed_tests=["test_known"],
+    )
+
+    run_now(pr_job(l4, "ut", "failure", tests=["test_known"]))
+    assert not Incident.objects.exists()
+    run_now(pr_job(l4, "ut", "failure", attempt=2, tests=["test_known", "test_new"]))
+    assert Incident.objects.get().state == "firing"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_100_concurrent_completions_make_one_comment(l4, fake_github):
+    jobs = [pr_job(l4, f"shard-{i}", "failure", tests=[f"test_{i}"]) for i in range(100)]
+    go = threading.Barrier(20)
+
+    def evaluate(chunk):
+        go.wait()
+        try:
+            for j in chunk:
+                alerts.job_alerts_evaluate(job_id=j.pk)  # Q_SYNC: the sends run inline after each commit
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=evaluate, args=(jobs[i::20],)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(fake_github.requests_to("POST", COMMENTS)) == 1
+    [comment] = fake_github.comments.values()
+    assert Incident.objects.count() == 1
+    assert comment["body"].count("test failure") == 100  # the last edit shows every failing shard
+
+
+# --- baseline, hysteresis, cooldown, issue ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_three_baseline_failures_open_an_issue_and_three_greens_close_it(l4, fake_github, run_now):
+    NotificationChannel.objects.create(backend=l4, kind="repo_issue")
+    assert run_now(baseline(l4, "failure", n=1)) == "nothing"
+    assert run_now(baseline(l4, "failure", n=2)) == "nothing"
+    assert run_now(baseline(l4, "timed_out", n=3, event="push")) == "opened"
+    assert run_now(baseline(l4, "failure", n=4)) == "updated"  # the same incident: opened once
+    ((key, issue),) = fake_github.issues.items()
+    assert key == ("ascend/npu", 1) and issue["state"] == "open" and "3 baseline runs" in issue["title"]
+
+    assert [run_now(baseline(l4, "success", n=5 + i)) for i in range(3)] == ["green", "green", "resolved"]
+
+    assert fake_github.issues["ascend/npu", 1]["state"] == "closed"
+    assert Incident.objects.get().state == "resolved"
+
+
+@pytest.mark.django_db
+def test_a_failure_between_greens_starts_the_count_again(l4, run_now):
+    for n in range(3):
+        run_now(baseline(l4, "failure", n=n))
+    run_now(baseline(l4, "success", n=3))
+    run_now(baseline(l4, "success", n=4))
+    run_now(baseline(l4, "failure", n=5))
+    assert Incident.objects.get().greens == 0
+    assert [run_now(baseline(l4, "success", n=6 + i)) for i in range(3)] == ["green", "green", "resolved"]
+
+
+@pytest.mark.django_db
+def test_the_cooldown_keeps_a_resolved_incident_from_reopening(l4, run_now):
+    rule = AlertRule.objects.get(kind="baseline_failures", backend=None)
+    for n in range(3):
+        run_now(baseline(l4, "failure", n=n))
+    for n in range(3, 6):
+        run_now(baseline(l4, "success", n=n))
+    for n in range(6, 9):
+        result = run_now(baseline(l4, "failure", n=n))
+    assert result == "cooling" and Incident.objects.count() == 1
+
+    Incident.objects.update(resolved_at=timezone.now() - timedelta(minutes=rule.cooldown_minutes + 1))
+    assert run_now(baseline(l4, "failure", n=9)) == "opened"
+
+
+# --- webhook, email, retries --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_webhook_gets_slack_text_on_opening_and_resolution(l4, receiver, run_now):
+    NotificationChannel.objects.create(backend=l4, kind="webhook", target=receiver.url)
+
+    run_now(pr_job(l4, "ut", "failure", tests=["t"]))
+    run_now(pr_job(l4, "ut", "failure", attempt=2, tests=["t", "u"]))  # an update: not re-sent
+    run_now(pr_job(l4, "ut", attempt=3))
+
+    assert [g["incident"]["state"] for g in receiver.got] == ["firing", "resolved"]
+    assert receiver.got[0]["text"].startswith("[OOT CI] firing: ascend/npu: 1 job(s) failing tests on PR #7")
+
+
+@pytest.mark.django_db
+def test_email_goes_to_the_channel_addresses(l4, run_now):
+    NotificationChannel.objects.create(backend=l4, kind="email", target="oncall@example.org, lead@example.org")
+
+    run_now(pr_job(l4, "ut", "failure", tests=["t"]))
+
+    [message] = mail.outbox
+    assert message.to == ["oncall@example.org", "lead@example.org"]
+    assert "firing" in message.subject and "PR #7" in message.body
+
+
+@pytest.mark.django_db
+def test_a_failing_webhook_is_retried_then_given_up(l4, settings, run_now):
+    bad = Receiver(status=500)
+    settings.NOTIFY_MAX_ATTEMPTS = 2
+    NotificationChannel.objects.create(backend=l4, kind="webhook", target=bad.url)
+    try:
+        run_now(pr_job(l4, "ut", "failure", tests=["t"]))
+        n = Notification.objects.get(channel__kind="webhook")
+        assert (n.status, n.attempts, "answered 500" in n.last_error) == ("pending", 1, True)
+        assert Schedule.objects.filter(func="relay.tasks.notification_send", args=f"({n.pk}, 2)").exists()
+
+        assert notify.notification_send(notification_id=n.pk, attempt=2) == "failed"
+        n.refresh_from_db()
+        assert (n.status, n.attempts) == ("failed", 2)
+        assert len(bad.got) == 2
+    finally:
+        bad.stop()
+
+
+# --- relay health and gates -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_relay_health_fires_above_the_rate_and_resolves_after_three_good_checks(make_backend, receiver):
+    rules_installed()
+    backend = make_backend("a/npu", "L2")
+    NotificationChannel.objects.create(backend=None, kind="webhook", target=receiver.url)
+    now = timezone.now()
+    for i in range(4):
+        dispatch(backend, sha=f"{i:040d}", at=now - timedelta(minutes=5), status="failed" if i == 0 else "sent")
+
+    assert alerts.relay_evaluate(now=now) == "opened"  # 1 of 4 = 25 % > 20 %
+    later = now + timedelta(minutes=11)  # those dispatches left the window
+    assert [alerts.relay_evaluate(now=later + timedelta(minutes=i)) for i in range(3)] == ["green", "green", "resolved"]
+
+
+@pytest.mark.django_db
+def test_a_readiness_gate_newly_failing_opens_an_incident(l4):
+    job(l4, name="t", conclusion="timed_out", event_type="pull_request", pr_number=1, head_sha="1" * 40)
+
+    assert alerts.gates_evaluate(now=timezone.now()) == {"opened": 1}
+    assert "timeout_rate" in Incident.objects.get().what
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_callback_that_completes_a_failing_job_comments_on_the_pr(fake_github, downstream, settings):
+    settings.UPSTREAM_REPO = UPSTREAM
+    rules_installed()
+    ci = downstream("L4", device="npu")
+    NotificationChannel.objects.create(backend=ci.backend, kind="pr_comment")
+
+    assert ci.post(ci.body("pull_request.completed.failure", ci.dispatch())).status_code == 200
+
+    [comment] = fake_github.comments.values()
+    assert comment["issue"] == 4242 and "npu-ci / test-npu-float32" in comment["body"]
