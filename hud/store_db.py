@@ -128,6 +128,11 @@ def count(outcome: str, *, also: str = "") -> str:
 def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
     """One SELECT over its window's latest attempts (``latest_w``) per figure asked for."""
     selects = []
+    # What the stats and the gates both count per backend.
+    per_backend = {column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()} | {
+        "backend_id": "backend_id",
+        "timed_out": count("infra", also=" AND conclusion = 'timed_out'"),
+    }
     for kind, w in asks:
         mine = f"FROM latest_{w}"
         if kind == "stats":
@@ -136,9 +141,7 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
                     d,
                     f"stats:{w}",
                     f"{mine} GROUP BY backend_id",
-                    backend_id="backend_id",
-                    **{column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()},
-                    timed_out=count("infra", also=" AND conclusion = 'timed_out'"),
+                    **per_backend,
                     prs="COUNT(DISTINCT pr_number)",
                     queue_median=d.pct("queue_time", 0.5),
                     queue_p90=d.pct("queue_time", 0.9),
@@ -167,9 +170,7 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
                     d,
                     f"gates:{w}",
                     f"{mine} GROUP BY backend_id",
-                    backend_id="backend_id",
-                    **{column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()},
-                    timed_out=count("infra", also=" AND conclusion = 'timed_out'"),
+                    **per_backend,
                     overruns=f"SUM(CASE WHEN {COUNTED} AND execution_time > {OVERRUN_SECONDS} THEN 1 ELSE 0 END)",
                     queue_avg="AVG(queue_time)",
                 )

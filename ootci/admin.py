@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from ootci import gates, governance, levels
+from ootci.admin_base import RecordAdmin
 from ootci.models import Backend, Event, JobResult, LevelChange
 
 admin.site.site_header = "OOT CI administration"
@@ -247,21 +248,12 @@ def _pct(value: float | None) -> str:
 
 
 @admin.register(LevelChange)
-class LevelChangeAdmin(admin.ModelAdmin):
+class LevelChangeAdmin(RecordAdmin):
     list_display = ["changed_at", "backend", "from_level", "to_level", "actor", "reason"]
     list_filter = ["to_level", "from_level"]
     search_fields = ["backend__repo", "actor", "reason"]
     list_select_related = ["backend"]
     date_hierarchy = "changed_at"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(JobResult)

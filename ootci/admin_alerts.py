@@ -3,6 +3,7 @@ notifications sent for them (read only)."""
 
 from django.contrib import admin
 
+from ootci.admin_base import RecordAdmin
 from ootci.models import AlertRule, Incident, Notification, NotificationChannel
 
 
@@ -33,28 +34,16 @@ class NotificationInline(admin.TabularInline):
 
 
 @admin.register(Incident)
-class IncidentAdmin(admin.ModelAdmin):
+class IncidentAdmin(RecordAdmin):
     list_display = ["opened_at", "state", "backend", "what", "resolved_at"]
     list_filter = ["state", "rule__kind"]
     search_fields = ["backend__repo", "what", "fingerprint"]
     list_select_related = ["backend"]
     inlines = [NotificationInline]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(RecordAdmin):
     list_display = ["updated_at", "incident", "channel", "status", "attempts", "last_error"]
     list_filter = ["status", "channel__kind"]
     list_select_related = ["incident", "channel__backend"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

@@ -6,25 +6,17 @@ from django.contrib import admin
 from django.http import HttpResponse
 
 from ootci import governance, levels
+from ootci.admin_base import RecordAdmin
 from ootci.models import Backend, GateNotice, LevelReview, TemporaryDowngrade
 
 
 @admin.register(LevelReview)
-class LevelReviewAdmin(admin.ModelAdmin):
+class LevelReviewAdmin(RecordAdmin):
     list_display = ["created_at", "backend", "kind", "state", "from_level", "to_level", "verdict_text", "actor"]
     list_filter = ["state", "kind", "to_level"]
     search_fields = ["backend__repo", "reason", "actor"]
     list_select_related = ["backend"]
     actions = ["evidence", "dismiss"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.action(description="Export evidence (Markdown, for the allowlist pull request)")
     def evidence(self, request, queryset):
@@ -85,12 +77,6 @@ class TemporaryDowngradeAdmin(admin.ModelAdmin):
 
 
 @admin.register(GateNotice)
-class GateNoticeAdmin(admin.ModelAdmin):
+class GateNoticeAdmin(RecordAdmin):
     list_display = ["backend", "failing_since", "gates"]
     list_select_related = ["backend"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

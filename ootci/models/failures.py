@@ -5,6 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from ootci.models.core import Backend, JobResult
+from ootci.rule_regex import regex_problem
 
 
 class FailureClass(models.TextChoices):
@@ -42,7 +43,6 @@ class FailureRule(models.Model):
 
     def clean(self) -> None:
         # Imported here: the check runs a subprocess and models must stay importable without it.
-        from ootci.failures import regex_problem
 
         problem = regex_problem(self.regex)
         if problem:

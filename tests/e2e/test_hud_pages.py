@@ -32,6 +32,7 @@ def demo_pages() -> dict[str, str]:
         "job": f"/oot/ascend/pytorch-npu/jobs/{failed.id}/",
         "metrics": "/oot/metrics/",
         "allowlist": "/oot/allowlist/",
+        "readiness": "/oot/riscv/pytorch-rvv/readiness/",
         "api": "/oot/api/",
         "not-found": "/oot/no/such-backend/",
     }

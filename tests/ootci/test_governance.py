@@ -240,3 +240,31 @@ def test_old_figures_do_not_count(make_backend):
     job(backend, name="old", event_type="pull_request", pr_number=1, head_sha="1" * 40, finished=ago(days=15))
 
     assert governance.readiness_now([backend])[backend.pk].verdict == "no-data"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "admin:ootci_levelreview_changelist",
+        "admin:ootci_temporarydowngrade_add",
+        "admin:ootci_gatenotice_changelist",
+        "admin:ootci_alertrule_changelist",
+        "admin:ootci_notificationchannel_add",
+        "admin:ootci_incident_changelist",
+        "admin:ootci_notification_changelist",
+    ],
+)
+def test_the_governance_and_alert_pages_render(admin_client, name):
+    assert admin_client.get(reverse(name)).status_code == 200
+
+
+def test_audit_records_cannot_be_changed_in_the_admin(admin_client, make_backend):
+    backend = make_backend("a/npu", "L2", device="npu")
+    governance.level_change_reviewed(backend=backend, to="L3", reason="ready")
+
+    assert admin_client.get(reverse("admin:ootci_levelreview_add")).status_code == 403
+    review = LevelReview.objects.get()
+    assert (
+        admin_client.post(reverse("admin:ootci_levelreview_delete", args=[review.pk]), {"post": "yes"}).status_code
+        == 403
+    )
