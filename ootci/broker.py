@@ -22,6 +22,7 @@ DEQUEUE_BLOCK_SECONDS = 0.5
 REDIS_REST_SECONDS = 10.0
 
 _resting_until: dict[str, float] = {}
+_clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
 
 
@@ -53,5 +54,12 @@ class RedisBroker(redis_broker.Redis):
 
     @staticmethod
     def get_connection(list_key: str | None = None) -> redis.Redis:
-        timeout = settings.REDIS_TIMEOUT_SECONDS
-        return redis.Redis.from_url(Conf.REDIS, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # django-q2 builds a broker for every enqueue: one client per process keeps its connections open between them
+        # (a callback enqueues up to three tasks; a new connection each cost more than the enqueue). redis-py's pool
+        # drops connections inherited across a fork.
+        client = _clients.get(Conf.REDIS)
+        if client is None:
+            timeout = settings.REDIS_TIMEOUT_SECONDS
+            client = redis.Redis.from_url(Conf.REDIS, socket_timeout=timeout, socket_connect_timeout=timeout)
+            _clients[Conf.REDIS] = client
+        return client
