@@ -100,3 +100,20 @@ def test_the_log_clean_up_leaves_the_test_reports_alone(downstream, failing_run,
     assert job_logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
 
     assert report.is_file()
+
+
+def test_the_admin_reclassifies_the_selected_jobs(downstream, failing_run, fake_github, admin_client):
+    ci = downstream()
+    failing_run(ci.repo)
+    completed_failure(ci)
+    failure = JobFailure.objects.get()
+    JobFailure.objects.filter(pk=failure.pk).update(rule_name="", failure_class="unknown", line="")
+
+    response = admin_client.post(
+        "/admin/ootci/jobfailure/", {"action": "reclassify", "_selected_action": [failure.pk]}, follow=True
+    )
+
+    assert "1 job(s) queued for classification again." in response.content.decode()
+    again = JobFailure.objects.get(job_id=failure.job_id)
+    assert (again.rule_name, again.failure_class) == ("linker undefined reference", "build")
+    assert len(fake_github.requests_to("GET", r"/storage/job-logs/\d+")) == 2
