@@ -96,6 +96,13 @@ class Blobs:
                 raise Missing(f"Nothing is stored under {key!r}.") from e
             raise
 
+    def expired_delete(self, prefix: str, *, cutoff: datetime) -> list[str]:
+        """Delete every object under ``prefix`` last modified before ``cutoff`` (a retention clean-up); their keys."""
+        old = [key for key, modified in self.listing(prefix) if modified < cutoff]
+        for key in old:
+            self.delete(key)
+        return old
+
     def delete(self, key: str) -> None:
         name = self._name(key)
         if self.bucket:

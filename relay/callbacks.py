@@ -148,7 +148,11 @@ def crcr_result_apply(*, trusted: dict[str, Any], report: dict[str, Any]) -> Job
         fields=_forwarded(trusted, report),
         merge=True,
     )
-    return job_report_apply(key=key, report=forwarded, new=new).job
+    applied = job_report_apply(key=key, report=forwarded, new=new)
+    applied.job.backend = backend
+    if applied.changed:
+        job_logs.job_log_after_report(job=applied.job)  # a failed job's line and class, as for a callback
+    return applied.job
 
 
 def callback_rejection_record(*, repo: str, status_code: int, detail: str) -> bool:

@@ -11,6 +11,7 @@ Safe to run twice: the row is replaced, the same log stored under the same key.
 import hashlib
 import logging
 import re
+from datetime import datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -33,6 +34,7 @@ FAILED_CONCLUSIONS = frozenset({"failure", "cancelled", "timed_out"})
 # A failed step of these is the runner's or the network's, whatever its log says (DESIGN: failed step → infra).
 INFRA_STEPS = re.compile(r"^(set up job|set up runner|initialize containers|.*\bcheckout\b.*|complete runner)$", re.I)
 LINE_KEPT = 2000  # characters of the matched line stored
+LOG_PREFIX = "logs"
 
 
 def job_log_wanted(job: JobResult) -> bool:
@@ -50,7 +52,7 @@ def job_log_after_report(*, job: JobResult) -> None:
 
 
 def log_key(job: JobResult) -> str:
-    return f"logs/{archive.key_part(job.backend.repo)}/{job.pk}.log"
+    return f"{LOG_PREFIX}/{archive.key_part(job.backend.repo)}/{job.pk}.log"
 
 
 def rules_for(*, backend_id: int | None) -> list[Rule]:
@@ -97,6 +99,16 @@ def job_log_store(*, job: JobResult, stream: BinaryIO) -> JobFailure:
     found.save()
     transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)
     return found
+
+
+def job_logs_clean(*, now: datetime | None = None) -> int:
+    """Delete raw logs older than JOB_LOG_RETENTION_DAYS from the store. Their verdicts stay; the rows stop naming
+    the deleted bytes, so a re-classification fetches the log again (GitHub) or classifies without one (upload)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.JOB_LOG_RETENTION_DAYS)
+    old = archive.test_reports().expired_delete(LOG_PREFIX + "/", cutoff=cutoff)
+    if old:
+        JobFailure.objects.filter(log_key__in=old).update(log_key="")
+    return len(old)
 
 
 def _github_run(job: JobResult) -> bool:

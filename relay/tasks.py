@@ -99,6 +99,11 @@ def job_log_classify(job_id: int) -> str:
     return job_logs.job_log_classify(job_id=job_id)
 
 
+def job_logs_clean() -> int:
+    """Scheduled daily (relay/migrations/0007_job_logs_clean_schedule.py)."""
+    return job_logs.job_logs_clean()
+
+
 # --- on-call alerts and notifications ----------------------------------------------------------
 
 

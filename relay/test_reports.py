@@ -333,10 +333,7 @@ def test_reports_reparse(*, report_ids: list[int] | None = None, states: tuple[s
 def test_reports_clean(*, now=None) -> int:
     """Delete raw reports older than TEST_REPORTS_RETENTION_DAYS from the store (their parsed rows stay)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.TEST_REPORTS_RETENTION_DAYS)
-    store = archive.test_reports()
-    old = [key for key, modified in store.listing(PREFIX + "/") if modified < cutoff]
-    for key in old:
-        store.delete(key)
+    old = archive.test_reports().expired_delete(PREFIX + "/", cutoff=cutoff)
     if old:
         # A parsed report keeps its rows; one never parsed can no longer be, and says so.
         TestReport.objects.filter(Q(store_key__in=old), state=TestReport.State.PENDING).update(

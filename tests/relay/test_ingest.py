@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ootci.models import Delivery, Dispatch, JobResult
+from ootci.models import Delivery, Dispatch, JobFailure, JobResult
 from tests.fakes.oidc import HEAD, NIGHTLY_SHA, reporter_body
 
 TOKEN = "hud-bot-token-for-tests"
@@ -178,3 +178,29 @@ def test_it_answers_a_body_that_is_not_json_with_400(client, backend):
 
     assert response.status_code == 400
     assert response.json()["detail"].startswith("The body is not valid JSON")
+
+
+def test_a_forwarded_failed_job_is_classified_from_its_github_log(
+    client, backend, failing_run, django_capture_on_commit_callbacks
+):
+    failing_run(backend.repo)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(client, forwarded("pull_request.completed.failure"))
+
+    assert response.status_code == 200, response.content
+    job = JobResult.objects.get()
+    assert (job.failure.rule_name, job.failure.line_number) == ("linker undefined reference", 5)
+    assert job.failure_class == "build"
+
+
+def test_a_forwarded_in_progress_job_is_not_classified(
+    client, backend, failing_run, fake_github, django_capture_on_commit_callbacks
+):
+    failing_run(backend.repo)
+
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        post(client, forwarded("pull_request.in_progress"))
+
+    assert queued == [] and not JobFailure.objects.exists()
+    assert fake_github.requests_to("GET", r"/repos/.*/actions/runs/\d+/attempts/\d+/jobs") == []

@@ -1,5 +1,9 @@
 """Failed jobs' logs: found on GitHub by job name, fetched through the 302 without our token, kept and classified."""
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from ootci.models import JobFailure, JobResult
 from relay import job_logs
 from tests.relay.conftest import completed_failure
@@ -65,3 +69,51 @@ def test_classifying_twice_keeps_one_verdict(downstream, failing_run):
     job_logs.job_log_classify(job_id=job.pk)
 
     assert JobFailure.objects.filter(job=job).count() == 1
+
+
+def test_logs_past_retention_are_deleted_and_the_verdict_stays(downstream, failing_run, settings, tmp_path):
+    ci = downstream()
+    failing_run(ci.repo)
+    completed_failure(ci)
+    failure = JobFailure.objects.get()
+    stored = tmp_path / failure.log_key
+    assert stored.is_file()
+    settings.JOB_LOG_RETENTION_DAYS = 30
+
+    assert job_logs.job_logs_clean() == 0
+    assert job_logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
+
+    assert not stored.exists()
+    failure.refresh_from_db()
+    assert (failure.log_key, failure.rule_name, failure.failure_class) == ("", "linker undefined reference", "build")
+
+
+def test_the_log_clean_up_leaves_the_test_reports_alone(downstream, failing_run, settings, tmp_path):
+    ci = downstream()
+    failing_run(ci.repo)
+    completed_failure(ci)
+    report = tmp_path / "reports" / "some" / "report.xml"
+    report.parent.mkdir(parents=True)
+    report.write_bytes(b"<testsuite/>")
+    settings.JOB_LOG_RETENTION_DAYS = 30
+
+    assert job_logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
+
+    assert report.is_file()
+
+
+def test_the_admin_reclassifies_the_selected_jobs(downstream, failing_run, fake_github, admin_client):
+    ci = downstream()
+    failing_run(ci.repo)
+    completed_failure(ci)
+    failure = JobFailure.objects.get()
+    JobFailure.objects.filter(pk=failure.pk).update(rule_name="", failure_class="unknown", line="")
+
+    response = admin_client.post(
+        "/admin/ootci/jobfailure/", {"action": "reclassify", "_selected_action": [failure.pk]}, follow=True
+    )
+
+    assert "1 job(s) queued for classification again." in response.content.decode()
+    again = JobFailure.objects.get(job_id=failure.job_id)
+    assert (again.rule_name, again.failure_class) == ("linker undefined reference", "build")
+    assert len(fake_github.requests_to("GET", r"/storage/job-logs/\d+")) == 2
