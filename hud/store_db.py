@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import connection
 
 from hud.store import (
     COUNTED,
@@ -108,17 +108,8 @@ def window_params(d: Dialect, windows: Windows, *, backend_id: int | None = None
     return params
 
 
-# For the big figure statements on PostgreSQL, set until the end of the transaction (SET LOCAL; its own, unless the
-# caller has one open): a window's rows sort in memory instead of spilling to disk, and no JIT, whose compilation of
-# these long expression lists costs more than it saves on a statement that runs for seconds at most.
-BIG_STATEMENT = ("SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off")
-
-
-def fetch(sql: str, params: dict, *, big: bool = False) -> list[dict]:
-    with transaction.atomic(), connection.cursor() as cursor:
-        if big and connection.vendor == "postgresql":
-            for setting in BIG_STATEMENT:
-                cursor.execute(setting)
+def fetch(sql: str, params: dict) -> list[dict]:
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         names = [c[0] for c in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -209,8 +200,9 @@ class DatabaseStore:
         d = Dialect()
         columns = {w: tuple(dict.fromkeys(c for kind, ww in asks if ww == w for c in NEEDS[kind])) for w in windows}
         sql = latest_sql(d, windows, backend=backend_id is not None, columns=columns)
-        params = window_params(d, windows, backend_id=backend_id)
-        return fetch(sql + "\nUNION ALL ".join(figure_selects(d, asks)), params, big=True)
+        return fetch(
+            sql + "\nUNION ALL ".join(figure_selects(d, asks)), window_params(d, windows, backend_id=backend_id)
+        )
 
     def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
         return self._sha_keys(window, having="HAVING SUM(bad) > 0" if failing_only else "", tail=f"LIMIT {int(limit)}")
