@@ -33,6 +33,7 @@ def demo_pages() -> dict[str, str]:
         "metrics": "/oot/metrics/",
         "allowlist": "/oot/allowlist/",
         "readiness": "/oot/riscv/pytorch-rvv/readiness/",
+        "failures": "/oot/failures/?days=30",
         "api": "/oot/api/",
         "not-found": "/oot/no/such-backend/",
     }
