@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from ootci import gates, governance, levels
-from ootci.admin_base import RecordAdmin
+from ootci.admin_base import ReadOnlyInline, RecordAdmin
 from ootci.models import Backend, Event, JobResult, LevelChange
 
 admin.site.site_header = "OOT CI administration"
@@ -63,16 +63,10 @@ class BackendForm(forms.ModelForm):
         return data
 
 
-class LevelChangeInline(admin.TabularInline):
+class LevelChangeInline(ReadOnlyInline):
     model = LevelChange
-    extra = 0
-    can_delete = False
     fields = ["changed_at", "from_level", "to_level", "actor", "reason"]
-    readonly_fields = fields
     verbose_name_plural = "level history"
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class ReasonForm(forms.Form):

@@ -3,7 +3,7 @@ notifications sent for them (read only)."""
 
 from django.contrib import admin
 
-from ootci.admin_base import RecordAdmin
+from ootci.admin_base import ReadOnlyInline, RecordAdmin
 from ootci.models import AlertRule, Incident, Notification, NotificationChannel
 
 
@@ -22,15 +22,9 @@ class NotificationChannelAdmin(admin.ModelAdmin):
     list_select_related = ["backend"]
 
 
-class NotificationInline(admin.TabularInline):
+class NotificationInline(ReadOnlyInline):
     model = Notification
-    extra = 0
-    can_delete = False
     fields = ["channel", "target", "status", "attempts", "last_error", "external_id", "updated_at"]
-    readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Incident)

@@ -6,18 +6,9 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.utils.text import Truncator
 
+from ootci.admin_base import ReadOnlyAdmin, ReadOnlyInline
 from ootci.models import CallbackRejection, Delivery, Dispatch
 from relay import outbox
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written by the relay itself: editing one by hand would break its outbox bookkeeping."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class LostFilter(admin.SimpleListFilter):
@@ -48,15 +39,9 @@ class WaitingFilter(admin.SimpleListFilter):
         return queryset.filter(status=Dispatch.Status.PENDING, retry_at__isnull=False)
 
 
-class DispatchInline(admin.TabularInline):
+class DispatchInline(ReadOnlyInline):
     model = Dispatch
-    extra = 0
-    can_delete = False
     fields = ["backend", "status", "attempts", "last_error", "payload_trimmed", "sent_at", "retry_at"]
-    readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Delivery)

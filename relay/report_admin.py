@@ -2,9 +2,9 @@
 
 from django.contrib import admin, messages
 
+from ootci.admin_base import ReadOnlyAdmin
 from ootci.models import TestReport
 from relay import test_reports
-from relay.admin import ReadOnlyAdmin
 
 
 @admin.register(TestReport)
