@@ -1,13 +1,13 @@
 """Every case of every parsed test report in ClickHouse (`oot_test_case`), for per-test lookups across backends.
 
-PostgreSQL keeps only the cases that did not simply pass (TestCase); the raw report bytes stay in the intermediate
-store (`ootci.blobs`), so this copy reads them again and parses them with the same parser (`ootci.junit`), keeping
-every case. It runs with the job-result replication (`hud.tasks.clickhouse_replicate`: every minute, and after a
-parse, which changes its job's counts) and follows the same high-water mark (`hud.models.ReplicationCursor`), here
-over TestReport rows in parsed state ordered by (parsed_at, id): the cursor moves only after ClickHouse accepted a
-batch, so nothing is lost while ClickHouse is down, and reports whose parse committed late are read again within
-`OVERLAP`. Re-sent rows (the overlap, a re-parse, a run that stopped after its insert) have the same sorting key
-and collapse in the ReplacingMergeTree; read the table `FINAL`.
+PostgreSQL keeps every case too (TestCase); this copy reads the raw report bytes again from the intermediate store
+(`ootci.blobs`) and parses them with the same parser (`ootci.junit`), so it never loads PostgreSQL. It runs with the
+job-result replication (`hud.tasks.clickhouse_replicate`: every minute, and after a parse, which changes its job's
+counts) and follows the same high-water mark (`hud.models.ReplicationCursor`), here over TestReport rows in parsed state
+ordered by (parsed_at, id): the cursor moves only after ClickHouse accepted a batch, so nothing is lost while ClickHouse
+is down, and reports whose parse committed late are read again within `OVERLAP`. Re-sent rows (the overlap, a re-parse,
+a run that stopped after its insert) have the same sorting key and collapse in the ReplacingMergeTree; read the table
+`FINAL`.
 
 Runs need no lock: two at once send the same rows, which collapse, and the cursor never moves back.
 """
@@ -132,7 +132,7 @@ def _case_rows(report: TestReport) -> list[list[Any]]:
     longer parse (they did once: a parser change), which is logged."""
     job = report.job
     try:
-        parsed = junit.stored_report_parse(report, keep_all=True)
+        parsed = junit.stored_report_parse(report)
     except (blobs.Missing, junit.ReportRefused) as ex:
         logger.warning("test report %s: its cases are not copied to ClickHouse: %s", report.pk, ex)
         return []

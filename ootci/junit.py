@@ -64,8 +64,7 @@ class Case:
 
 @dataclass
 class Parsed:
-    """A whole report: counts over every case, and the cases worth keeping (not simply passed; every case with
-    ``keep_all``, for ClickHouse)."""
+    """A whole report: counts over every case, and every case."""
 
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("passed", "failed", "error", "skipped", "xfail", "xpass"), 0)
@@ -75,19 +74,15 @@ class Parsed:
     duration: float = 0.0
     kept: list[Case] = field(default_factory=list)
     files: int = 0
-    keep_all: bool = False
 
     def add(self, case: Case) -> None:
         self.counts[case.status] += 1
         self.reruns += case.reruns
         self.duration += case.duration
-        if self.keep_all or case.status != "passed" or case.reruns:
-            self.kept.append(case)
+        self.kept.append(case)
 
 
-def report_parse(
-    stream: BinaryIO, *, compressed_size: int, encoding: str = "", device: str = "", keep_all: bool = False
-) -> Parsed:
+def report_parse(stream: BinaryIO, *, compressed_size: int, encoding: str = "", device: str = "") -> Parsed:
     """Parse a stored report; raise ReportRefused with the reason when it must not be used."""
     if compressed_size > MAX_COMPRESSED:
         raise ReportRefused(f"The report is {compressed_size} bytes compressed; the cap is {MAX_COMPRESSED}.")
@@ -96,7 +91,7 @@ def report_parse(
         source: BinaryIO = stream
         if encoding == "gzip":
             source = _Counted(gzip.GzipFile(fileobj=stream, mode="rb"), budget)
-        parsed = Parsed(keep_all=keep_all)
+        parsed = Parsed()
         renamer = DeviceNames(device)
         try:
             head = _peek(source, spool, budget)
@@ -115,7 +110,7 @@ def report_parse(
     return parsed
 
 
-def stored_report_parse(report: TestReport, *, keep_all: bool = False) -> Parsed:
+def stored_report_parse(report: TestReport) -> Parsed:
     """Parse ``report`` from its raw bytes in the intermediate store (TEST_REPORTS_URL) for its backend's device;
     raises ReportRefused, blobs.Missing when the bytes are gone, or the store's error."""
     with blobs.test_reports().open(report.store_key) as stream:
@@ -124,7 +119,6 @@ def stored_report_parse(report: TestReport, *, keep_all: bool = False) -> Parsed
             compressed_size=report.size,
             encoding=report.content_encoding,
             device=report.job.backend.device,
-            keep_all=keep_all,
         )
 
 

@@ -1,5 +1,5 @@
 """Per-test results: the raw test reports of a job attempt (pulled from its GitHub Actions artifact or uploaded)
-and the cases parsed from them that did not simply pass.
+and every case parsed from them.
 
 Rows are written by trusted tasks only (relay.test_reports): downstream CI sends bytes, never rows.
 """
@@ -60,8 +60,8 @@ class TestReport(models.Model):
 
 
 class TestCase(models.Model):
-    """A case of a parsed report that did not simply pass: failed, errored, skipped, xfail/xpass, or passed only
-    after reruns (flaky). Passing cases are counted on the report, not stored here."""
+    """A case of a parsed report, passed ones included (per-test history needs the passes): failed, errored,
+    skipped, xfail/xpass, passed, or passed only after reruns (flaky)."""
 
     __test__ = False
 

@@ -60,8 +60,9 @@ def test_every_case_is_copied_passed_ones_too(chdb, npu, parsed):
     tasks.clickhouse_replicate()
 
     rows = cases()
-    assert TestCase.objects.filter(report=report).count() == 2  # PostgreSQL keeps the failing ones only
-    assert len(rows) == 52 == report.cases
+    kept = list(TestCase.objects.filter(report=report).order_by("id").values_list("test_id", "status"))
+    assert len(rows) == 52 == report.cases == len(kept)
+    assert [(r["generic_id"], r["status"]) for r in rows] == kept  # the same cases as PostgreSQL's
     assert [r["ordinal"] for r in rows] == list(range(52))
     assert {r["status"] for r in rows[:50]} == {"passed"}
     failed = rows[50]

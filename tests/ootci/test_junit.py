@@ -48,7 +48,8 @@ def test_a_report_written_by_pytest_parses_to_its_cases(tmp_path):
     assert parsed.cases == 5
     assert parsed.counts == {"passed": 1, "failed": 1, "error": 1, "skipped": 1, "xfail": 1, "xpass": 0}
     by_name = {case.name: case for case in parsed.kept}
-    assert set(by_name) == {"test_sub_npu_int8", "test_div_npu", "test_mod_npu", "test_error"}
+    assert set(by_name) == {"test_add_npu_float32", "test_sub_npu_int8", "test_div_npu", "test_mod_npu", "test_error"}
+    assert by_name["test_add_npu_float32"].status == "passed"
     failed = by_name["test_sub_npu_int8"]
     assert failed.status == "failed" and "subtraction is off" in failed.message
     assert failed.test_id == "test_generated.py::TestAdd{DEVICE}::test_sub_{device}_int8"
