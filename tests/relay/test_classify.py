@@ -125,6 +125,19 @@ def test_required_words_cover_alternatives_and_ignore_optional_parts():
     assert required_literals(r"(abc)?xy") is None  # "xy" is too short to filter on
 
 
+def test_required_words_run_on_through_groups_so_common_words_are_not_the_filter():
+    # "test" alone would make most lines of a test log candidates; the words around the groups are rarer.
+    unittest = r"^(FAIL|ERROR): (?P<test>test\w*) \((?P<case>[\w.]+)\)"
+    assert required_literals(unittest) == [b"error: test", b"fail: test"]
+    assert required_literals(r"^(?P<file>[^\s:]+\.py):\d+:\d+: ") == [b".py:"]
+    assert required_literals(r"errors?: (xa|yb)") == [b"error: xa", b"error: yb", b"errors: xa", b"errors: yb"]
+    assert required_literals(r"(?i)a{2,}bcd") == [b"abcd"]  # a repeat ends in its own word
+    assert required_literals(r"(a|b|c|d|e|f|g|h|i){3}") is None  # too many words to keep: no filter, still correct
+    rules = [Rule(1, "unittest failure", unittest, "test", 1)]
+    log = "test_a passed\nFAIL: test_b (suite.Case)\nERROR: testing nothing\nERROR: test_c (suite.Case)\n"
+    assert classify(log, rules).match.line_number == 4
+
+
 def test_signatures_mask_what_varies():
     one = signature("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB at 0x7f12 in /a/b/c.py:12 after 3.5s")
     two = signature("RuntimeError: NPU out of memory. Tried to allocate 8.00 GiB at 0x9abc in /x/y/c.py:99 after 12s")
