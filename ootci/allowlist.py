@@ -22,7 +22,7 @@ import yaml
 from django.db import transaction
 
 from ootci.levels import ORDER, Level
-from ootci.models import REPO_PATTERN, Backend
+from ootci.models import REPO_PATTERN, Backend, LevelChange
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
@@ -213,8 +213,10 @@ def plan(entries: list[Entry]) -> Plan:
     return result
 
 
-def apply(changes: Plan, *, actor: str, reason: str) -> None:
-    """Write a plan in one transaction, with a LevelChange for every new backend and level move."""
+def apply(changes: Plan, *, actor: str, reason: str) -> list[LevelChange]:
+    """Write a plan in one transaction, with a LevelChange for every new backend and level move; returns the moves
+    of existing backends (``ootci.governance.allowlist_applied`` reviews them)."""
+    moves = []
     with transaction.atomic():
         for entry in changes.create:
             backend = Backend(repo=entry.repo, device=entry.device, oncalls=list(entry.oncalls))
@@ -224,10 +226,12 @@ def apply(changes: Plan, *, actor: str, reason: str) -> None:
             backend.oncalls = list(entry.oncalls)
             backend.enabled = True
             backend.save(update_fields=["device", "oncalls", "enabled", "updated_at"])
-            backend.change_level(entry.level, actor=actor, reason=reason)
+            if change := backend.change_level(entry.level, actor=actor, reason=reason):
+                moves.append(change)
         for backend in changes.disable:
             backend.enabled = False
             backend.save(update_fields=["enabled", "updated_at"])
+    return moves
 
 
 def export_data(moved: dict[int, str] | None = None) -> dict:

@@ -72,6 +72,22 @@ def level_change_reviewed(
         return _review(backend, LevelReview.Kind.CHANGE, from_level, to, readiness, reason, user, actor, change)
 
 
+def allowlist_applied(changes: allowlist.Plan, *, actor: str, reason: str) -> list[LevelReview]:
+    """Apply an allowlist import (``allowlist.apply``) with a review of every level move of an existing backend, as
+    an admin's change gets one: the readiness figures it was decided on; open proposals for those backends close."""
+    moving = [backend for backend, entry in changes.update if backend.level != entry.level]
+    readiness = readiness_now(moving) if moving else {}
+    with transaction.atomic():
+        moves = allowlist.apply(changes, actor=actor, reason=reason)
+        proposals = LevelReview.objects.filter(backend__in=[c.backend_id for c in moves])
+        proposals.filter(state=LevelReview.State.PROPOSED).update(state=LevelReview.State.DISMISSED)
+        kind = LevelReview.Kind.CHANGE
+        return [
+            _review(c.backend, kind, c.from_level, c.to_level, readiness[c.backend_id], reason, actor=actor, change=c)
+            for c in moves
+        ]
+
+
 def _review(backend, kind, from_level, to, readiness, reason, user=None, actor="", change=None) -> LevelReview:
     state = LevelReview.State.PROPOSED if kind == LevelReview.Kind.PROPOSAL else LevelReview.State.APPLIED
     return LevelReview.objects.create(

@@ -5,7 +5,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ootci import allowlist
-from ootci.models import Backend, LevelChange
+from ootci.models import Backend, LevelChange, LevelReview
+from tests.hud.builders import job
 
 RFC_EXAMPLE = textwrap.dedent(
     """\
@@ -83,6 +84,31 @@ def test_import_moves_levels_and_disables_what_the_file_dropped(db, tmp_path):
     assert (change.to_level, change.reason) == ("L2", "Q3")
     assert not Backend.objects.get(repo="org3/repo3").enabled
     assert Backend.objects.get(repo="org5/repo5").oncalls == []
+
+
+def test_an_imported_level_move_is_reviewed_with_the_figures_it_was_decided_on(db, tmp_path):
+    run("import_allowlist", write(tmp_path, RFC_EXAMPLE))
+    repo1 = Backend.objects.get(repo="org1/repo1")
+    job(repo1, name="build", conclusion="success", event_type="pull_request", pr_number=1)
+    LevelReview.objects.create(
+        backend=repo1,
+        kind="proposal",
+        state="proposed",
+        from_level="L1",
+        to_level="L2",
+        promotion_days=14,
+        demotion_days=7,
+    )
+
+    out = run("import_allowlist", write(tmp_path, "L2:\n  - org1/repo1\nL4:\n  - org5/repo5\n"), "--reason", "Q3")
+
+    review = LevelReview.objects.get(backend=repo1, kind="change")
+    assert (review.state, review.from_level, review.to_level, review.reason) == ("applied", "L1", "L2", "Q3")
+    assert review.actor == "import_allowlist" and review.level_change.to_level == "L2"
+    assert review.figures["promotion"]["total"] == 1  # the readiness figures as evaluated at the import
+    assert LevelReview.objects.get(backend=repo1, kind="proposal").state == "dismissed"
+    assert not LevelReview.objects.filter(kind="change").exclude(backend=repo1).exists()  # adds are not moves
+    assert "org1/repo1: L1 → L2" in out and "1 level moves reviewed" in out
 
 
 def test_dry_run_prints_the_diff_and_writes_nothing(db, tmp_path):

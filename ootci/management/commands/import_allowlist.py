@@ -3,7 +3,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ootci import allowlist
+from ootci import allowlist, governance
 
 
 class Command(BaseCommand):
@@ -38,5 +38,9 @@ class Command(BaseCommand):
         if dry_run:
             self.stdout.write(f"Dry run: {summary}. Nothing was written.")
             return
-        allowlist.apply(plan, actor="import_allowlist", reason=reason or f"imported from {path}")
-        self.stdout.write(self.style.SUCCESS(f"Applied: {summary}."))
+        reviews = governance.allowlist_applied(plan, actor="import_allowlist", reason=reason or f"imported from {path}")
+        for review in reviews:
+            self.stdout.write(
+                f"  {review.backend.repo}: {review.from_level} → {review.to_level}, {review.verdict_text}"
+            )
+        self.stdout.write(self.style.SUCCESS(f"Applied: {summary}; {len(reviews)} level moves reviewed."))
