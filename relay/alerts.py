@@ -1,5 +1,5 @@
-"""On-call alerting: the rules of ``ootci.models.AlertRule``, evaluated after a job result changes (queued by the
-callback's follow-up work, :func:`after_report`) and every minute (relay health and readiness gates,
+"""On-call alerting: the rules of ``ootci.models.AlertRule``, evaluated after a callback completes a job (by the
+worker, ``relay.callbacks.job_completed_follow_up``) and every minute (relay health and readiness gates,
 :func:`periodic_evaluate`).
 
 An incident opens once per fingerprint (a partial unique index: concurrent evaluations race on it and the loser
@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from ootci import governance, levels
 from ootci.models import AlertRule, Backend, Dispatch, Event, Incident, JobResult, lost_cutoff
@@ -27,12 +26,6 @@ logger = logging.getLogger(__name__)
 
 BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
-
-
-def after_report(*, job: JobResult) -> None:
-    """Queue the evaluation of the rules a completed job's new report may trip, after the report commits."""
-    if job.status == JobResult.Status.COMPLETED:
-        transaction.on_commit(lambda: async_task("relay.tasks.alerts_evaluate", job.pk), robust=True)
 
 
 def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:

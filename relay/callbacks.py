@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
@@ -103,11 +105,23 @@ def callback_accept(
     applied.job.backend = backend
     if applied.changed and dispatch is not None:
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
-    if applied.changed:
-        test_reports.job_reports_pull_wanted(applied.job)
-        job_logs.job_log_after_report(job=applied.job)
-        alerts.after_report(job=applied.job)
+    if applied.changed and applied.job.status == JobResult.Status.COMPLETED:
+        job_id = applied.job.pk
+        transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id), robust=True)
     return CallbackOutcome(applied.job, applied.changed)
+
+
+def job_completed_follow_up(*, job_id: int) -> str:
+    """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
+    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (a GitHub
+    Actions run), a failed job's log is classified (both queued: they call GitHub), and the alert rules it bears on
+    are evaluated here."""
+    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    test_reports.job_reports_pull_wanted(job)
+    job_logs.job_log_after_report(job=job)
+    return alerts.job_alerts_evaluate(job_id=job_id)
 
 
 def crcr_result_apply(*, trusted: dict[str, Any], report: dict[str, Any]) -> JobResult:

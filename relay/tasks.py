@@ -2,7 +2,19 @@
 
 import logging
 
-from relay import alerts, check_runs, intake, job_logs, journal, notify, outbox, reruns, sweeper, test_reports
+from relay import (
+    alerts,
+    callbacks,
+    check_runs,
+    intake,
+    job_logs,
+    journal,
+    notify,
+    outbox,
+    reruns,
+    sweeper,
+    test_reports,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +67,11 @@ def jobs_sweep() -> dict[str, int]:
     return {"timed_out": len(result.timed_out), "lost": result.lost}
 
 
+def job_completed(job_id: int) -> str:
+    """Enqueued on commit by a callback that completed a job: its reports, its log, the alert rules."""
+    return callbacks.job_completed_follow_up(job_id=job_id)
+
+
 # --- check runs and re-runs --------------------------------------------------------------------
 
 
@@ -105,11 +122,6 @@ def job_logs_clean() -> int:
 
 
 # --- on-call alerts and notifications ----------------------------------------------------------
-
-
-def alerts_evaluate(job_id: int) -> str:
-    """Enqueued on commit by a callback that completed a job (relay.alerts.after_report)."""
-    return alerts.job_alerts_evaluate(job_id=job_id)
 
 
 def alerts_periodic() -> dict:
