@@ -50,7 +50,7 @@ class ReenableCandidate:
 
 
 def disable_candidates(backend: Backend, *, now: datetime | None = None) -> list[DisableCandidate]:
-    """Tests flaky in more than FLAKY_JOBS jobs within FLAKY_WINDOW and not disabled already, most jobs first."""
+    """Tests flaky in more than FLAKY_JOBS jobs within FLAKY_WINDOW and not in the registry, most jobs first."""
     since = (now or timezone.now()) - FLAKY_WINDOW
     flaky_in_job = (
         TestCase.objects.filter(job__backend=backend, job__finished_at__gte=since)
@@ -70,7 +70,7 @@ def disable_candidates(backend: Backend, *, now: datetime | None = None) -> list
     for row in flaky_in_job:
         jobs[row["test_id"]].append(row["job_id"])
         names[row["test_id"]] = pytorch_name(row["name"], row["classname"]) or row["test_id"]
-    disabled = _disabled_keys(backend, now)
+    disabled = _disabled_keys(backend)
     found = [
         DisableCandidate(name=names[tid], test_id=tid, jobs=len(ids), last_job_id=max(ids))
         for tid, ids in jobs.items()
@@ -85,9 +85,10 @@ def pytorch_name(name: str, classname: str) -> str:
     return f"{name} (__main__.{klass})" if klass[:1].isupper() else ""
 
 
-def _disabled_keys(backend: Backend, now: datetime | None) -> set[str]:
-    """Names and generic ids disabled now, and the PyTorch names of the disabled ones, to leave out of suggestions."""
-    rows = backend.disabled_tests.active(now).values_list("name", "kind", "test_name", "class_name")
+def _disabled_keys(backend: Backend) -> set[str]:
+    """The generic ids and PyTorch names (as ``pytorch_name`` writes them) in the registry, to leave out of disable
+    suggestions; expired ones too, which the expired list offers to extend."""
+    rows = backend.disabled_tests.values_list("name", "kind", "test_name", "class_name")
     return {name if kind == Kind.GENERIC else f"{test} (__main__.{klass})" for name, kind, test, klass in rows}
 
 
