@@ -3,10 +3,10 @@
 PyTorch's runner at this URL. Cached 60 s by clients; ConditionalGetMiddleware tags it with an ETag, so an
 unchanged list is answered 304."""
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from hud.api import backend_or_404
@@ -21,8 +21,8 @@ class DisabledTestsView(APIView):
         responses=OpenApiTypes.OBJECT,
         summary="A backend's disabled tests in PyTorch's DISABLED_TESTS_FILE format (expired entries left out)",
     )
-    def get(self, request: Request, org: str, repo: str) -> Response:
+    def get(self, request: Request, org: str, repo: str) -> HttpResponse:
         info = backend_or_404(org, repo)
-        response = Response(disabled_tests.export(backend_id=info.id))
+        response = HttpResponse(disabled_tests.export_json(backend_id=info.id), content_type="application/json")
         response["Cache-Control"] = f"public, max-age={CACHE_SECONDS}"
         return response

@@ -136,8 +136,8 @@ class DisabledTestAdmin(admin.ModelAdmin):
         if request.method == "POST":
             return self.suggestion_apply(request)
         backends = Backend.objects.order_by("repo")
-        if request.GET.get("backend", "").isdigit():
-            backends = backends.filter(pk=request.GET["backend"])
+        if "backend" in request.GET:
+            backends = backends.filter(pk=_id(request.GET["backend"]))
         sections = [
             {
                 "backend": backend,
@@ -195,5 +195,7 @@ class DisabledTestAdmin(admin.ModelAdmin):
 
 
 def _id(value: str | None) -> int:
-    """A posted row id; 0 (found nowhere, so a 404) when it is not a number."""
-    return int(value) if value and value.isdigit() else 0
+    """A row id from the request; 0 (found nowhere) unless ASCII digits that fit a bigint (``isdigit`` alone passes
+    "²", which ``int`` refuses)."""
+    value = value or ""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0

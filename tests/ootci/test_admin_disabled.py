@@ -130,7 +130,10 @@ def test_re_enabling_removes_the_entry_and_extending_moves_the_expiry(admin_clie
     old.refresh_from_db()
     assert not old.expired
     assert LogEntry.objects.get(action_flag=DELETION).object_repr == ADD_NAME
-    assert admin_client.post(SUGGESTIONS, {"apply": "reenable", "entry": "x"}).status_code == 404
+    for bad in ("x", "²", "1" * 30):
+        assert admin_client.post(SUGGESTIONS, {"apply": "reenable", "entry": bad}).status_code == 404
+        assert admin_client.post(SUGGESTIONS, {"apply": "disable", "backend": bad, "name": ADD_NAME}).status_code == 404
+        assert admin_client.get(SUGGESTIONS, {"backend": bad}).status_code == 200
 
 
 def test_the_suggestions_page_is_for_staff_only(client, npu):

@@ -39,7 +39,7 @@ def run(*args, stdin: str | None = None) -> str:
 
 
 def listed(backend) -> dict:
-    return disabled_tests.export(backend_id=backend.pk)
+    return json.loads(disabled_tests.export_json(backend_id=backend.pk))
 
 
 def test_it_tells_pytorch_names_from_generic_ids():
