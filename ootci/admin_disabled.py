@@ -157,41 +157,42 @@ class DisabledTestAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/ootci/disabledtest/suggestions.html", context)
 
     def suggestion_apply(self, request: HttpRequest) -> HttpResponse:
-        """One suggestion, applied by an admin who pressed its button: audited in the admin history."""
+        """One suggestion, applied by an admin who pressed its button (audited in the admin history), then back."""
         what = request.POST.get("apply")
-        back = HttpResponseRedirect(reverse("admin:ootci_disabledtest_suggestions") + f"?{request.GET.urlencode()}")
         if what == "disable":
-            if not self.has_add_permission(request):
+            self.suggested_disable(request)
+        elif what in ("reenable", "remove", "extend"):
+            entry = get_object_or_404(DisabledTest, pk=_id(request.POST.get("entry")))
+            allowed = self.has_change_permission if what == "extend" else self.has_delete_permission
+            if not allowed(request, entry):
                 raise PermissionDenied
-            backend = get_object_or_404(Backend, pk=_id(request.POST.get("backend")))
-            entry = DisabledTest(backend=backend, reason=request.POST.get("reason", ""), user=request.user)
-            entry.actor = request.user.get_username()
-            try:
-                entry.name_set(request.POST.get("name", ""))
-            except ValueError as exc:
-                self.message_user(request, f"Not disabled: {exc}", messages.ERROR)
-                return back
-            if backend.disabled_tests.filter(name=entry.name).exists():
-                self.message_user(request, f"{entry.name} is disabled already.", messages.WARNING)
-                return back
-            entry.save()
-            self.log_addition(request, entry, "Disabled from a suggestion")
-            self.message_user(request, f"Disabled {entry.name} on {backend.repo}.", messages.SUCCESS)
-            return back
-        entry = get_object_or_404(DisabledTest, pk=_id(request.POST.get("entry")))
-        if what in ("reenable", "remove"):
-            if not self.has_delete_permission(request, entry):
-                raise PermissionDenied
-            self.log_deletions(request, [entry])
-            entry.delete()
-            self.message_user(request, f"Removed {entry.name} from {entry.backend.repo}'s list.", messages.SUCCESS)
-        elif what == "extend":
-            if not self.has_change_permission(request, entry):
-                raise PermissionDenied
-            self.extend_expiry(request, DisabledTest.objects.filter(pk=entry.pk))
+            if what == "extend":
+                self.extend_expiry(request, DisabledTest.objects.filter(pk=entry.pk))
+            else:
+                self.log_deletions(request, [entry])
+                entry.delete()
+                self.message_user(request, f"Removed {entry.name} from {entry.backend.repo}'s list.", messages.SUCCESS)
         else:
             self.message_user(request, f"Unknown suggestion {what!r}.", messages.ERROR)
-        return back
+        return HttpResponseRedirect(f"{reverse('admin:ootci_disabledtest_suggestions')}?{request.GET.urlencode()}")
+
+    def suggested_disable(self, request: HttpRequest) -> None:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        backend = get_object_or_404(Backend, pk=_id(request.POST.get("backend")))
+        entry = DisabledTest(backend=backend, reason=request.POST.get("reason", ""), user=request.user)
+        entry.actor = request.user.get_username()
+        try:
+            entry.name_set(request.POST.get("name", ""))
+        except ValueError as exc:
+            self.message_user(request, f"Not disabled: {exc}", messages.ERROR)
+            return
+        if backend.disabled_tests.filter(name=entry.name).exists():
+            self.message_user(request, f"{entry.name} is disabled already.", messages.WARNING)
+            return
+        entry.save()
+        self.log_addition(request, entry, "Disabled from a suggestion")
+        self.message_user(request, f"Disabled {entry.name} on {backend.repo}.", messages.SUCCESS)
 
 
 def _id(value: str | None) -> int:

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from ootci.models import DisabledTest
@@ -140,3 +141,17 @@ def test_the_suggestions_page_is_for_staff_only(client, npu):
     assert client.get(SUGGESTIONS).status_code == 302
     assert client.post(SUGGESTIONS, {"apply": "disable", "backend": npu.pk, "name": ADD_NAME}).status_code == 302
     assert not DisabledTest.objects.exists()
+
+
+def test_a_viewer_sees_suggestions_but_cannot_apply_them(client, django_user_model, npu):
+    viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_disabledtest"))
+    client.force_login(viewer)
+    entry = disable(npu, ADD_NAME)
+
+    assert client.get(SUGGESTIONS).status_code == 200
+    assert client.post(SUGGESTIONS, {"apply": "reenable", "entry": entry.pk}).status_code == 403
+    assert client.post(SUGGESTIONS, {"apply": "extend", "entry": entry.pk}).status_code == 403
+    disabling = {"apply": "disable", "backend": npu.pk, "name": "t (__main__.T)"}
+    assert client.post(SUGGESTIONS, disabling).status_code == 403
+    assert list(DisabledTest.objects.all()) == [entry]
