@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud import api, api_tests, views
+from hud import api, api_disabled, api_tests, views
 
 app_name = "hud"
 urlpatterns: list = [
@@ -16,6 +16,11 @@ urlpatterns: list = [
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
     path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
     path("oot/<str:org>/<str:repo>/badge.svg", views.badge, name="badge"),
+    path(
+        "oot/<str:org>/<str:repo>/disabled-tests.json",
+        api_disabled.DisabledTestsView.as_view(),
+        name="disabled-tests",
+    ),
     path("api/oot/", api.OverviewView.as_view(), name="api-overview"),
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),

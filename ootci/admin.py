@@ -270,4 +270,4 @@ class JobResultAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
 
 
-from ootci import admin_alerts, admin_failures, admin_governance  # noqa: E402, F401  (they register their models)
+from ootci import admin_alerts, admin_disabled, admin_failures, admin_governance  # noqa: E402, F401  (they register their models)

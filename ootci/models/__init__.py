@@ -5,6 +5,7 @@
 - ``failures``: the log classifier's rules and each failed job's classification.
 - ``governance``: level reviews, gate notices and temporary downgrades.
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
+- ``disabled``: the disabled-test registry (DisabledTest), served to each backend's CI.
 """
 
 from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
@@ -23,6 +24,7 @@ from ootci.models.core import (
     lost_cutoff,
     validate_repo,
 )
+from ootci.models.disabled import DisabledTest
 from ootci.models.failures import FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.reports import TestCase, TestReport
@@ -37,6 +39,7 @@ __all__ = [
     "Backend",
     "CallbackRejection",
     "Delivery",
+    "DisabledTest",
     "Dispatch",
     "DispatchQuerySet",
     "Event",

@@ -53,6 +53,7 @@ HUD_PATHS = [
     "/oot/pr/101/",
     "/oot/acme/npu/",
     "/oot/acme/npu/jobs/1/",
+    "/oot/acme/npu/disabled-tests.json",
     "/api/oot/",
     "/api/oot/metrics/",
     "/api/oot/allowlist/",
