@@ -5,7 +5,7 @@ replication (``hud.clickhouse_cases``)."""
 import pytest
 from django.utils import timezone
 
-from hud import queries, tasks
+from hud import clickhouse, clickhouse_cases, queries, tasks
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 
@@ -43,7 +43,7 @@ def test_the_hand_built_histories_read_the_same_from_both_stores(settings, make_
         for days in (1, 7, 30):
             for generic_id in (histories.ADD, histories.ADDMM, histories.LAYER, "no_such.py::T::t"):
                 found["page", generic_id, days] = queries.test_page(generic_id=generic_id, days=days, now=now)
-            for text in ("add", "ADD", "bulk", "TestBulk::test_b", "nothing"):
+            for text in ("add", "ADD", "bulk", "TestBulk::test_b", "k::test_", "st_0%", "nothing"):
                 for page in (1, 2, 3):
                     found["search", text, days, page] = queries.test_search(text=text, days=days, page=page, now=now)
         return found
@@ -89,3 +89,16 @@ def test_the_test_pages_answer_from_the_database_when_clickhouse_is_down(client,
 
     assert "Analytics store unavailable" in page and "40.0%" in page
     assert [h["generic_id"] for h in found["hits"]] == [histories.ADDMM]
+
+
+def test_a_table_made_before_the_search_index_gets_it(settings, tmp_path):
+    settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
+    older = clickhouse_cases.SCHEMA.replace(f",\n        {clickhouse_cases.SEARCH_INDEX}", "")
+    assert older != clickhouse_cases.SCHEMA
+    with clickhouse.session():
+        clickhouse.command(older)
+        clickhouse_cases.ensure_schema()
+        clickhouse_cases.ensure_schema()  # and again: nothing to add
+        found = clickhouse.rows("SELECT name FROM system.data_skipping_indices WHERE table = 'oot_test_case'")
+
+    assert found == [(clickhouse_cases.SEARCH_INDEX_NAME,)]
