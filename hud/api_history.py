@@ -144,7 +144,7 @@ class TestHistoryView(APIView):
     )
     def get(self, request: Request, generic_id: str) -> Response:
         data = valid(TestInput, request)
-        if len(generic_id) > test_history.MAX_ID:
-            raise NotFound(f"A test id is at most {test_history.MAX_ID} characters")
+        if not test_history.possible_id(generic_id):
+            raise NotFound("No test has this id")
         found = queries.test_page(generic_id=generic_id, days=data["days"])
         return Response(TestHistorySerializer(found).data)

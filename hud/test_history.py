@@ -110,7 +110,14 @@ def query_problem(text: str) -> str:
         return f"Type at least {MIN_QUERY} characters of a test id."
     if len(text) > MAX_QUERY:
         return f"A search is at most {MAX_QUERY} characters."
+    if "\x00" in text:
+        return "A test id holds no NUL character."
     return ""
+
+
+def possible_id(generic_id: str) -> bool:
+    """Whether a test could have this id (XML holds no NUL; TestCase.test_id holds at most MAX_ID characters)."""
+    return len(generic_id) <= MAX_ID and "\x00" not in generic_id
 
 
 def search(rows: Store, *, text: str, days: int, since: datetime, page: int) -> SearchPage:

@@ -16,20 +16,20 @@ def tests(request: HttpRequest) -> HttpResponse:
     problem = test_history.query_problem(text) if text else ""
     found = queries.test_search(text=text, days=days, page=page) if text and not problem else None
     context = {
-        "text": text[: test_history.MAX_QUERY],
+        "text": text[: test_history.MAX_QUERY].replace("\x00", ""),
         "problem": problem,
         "found": found,
         "days": days,
         "day_choices": params.DAYS,
         "min_query": test_history.MIN_QUERY,
     }
-    status = 400 if len(text) > test_history.MAX_QUERY else 200
+    status = 400 if problem and len(text) >= test_history.MIN_QUERY else 200
     return render(request, "hud/tests.html", context, status=status)
 
 
 def test(request: HttpRequest, generic_id: str) -> HttpResponse:
-    if len(generic_id) > test_history.MAX_ID:
-        raise Http404(f"A test id is at most {test_history.MAX_ID} characters")
+    if not test_history.possible_id(generic_id):
+        raise Http404("No test has this id")
     days = params.days(request)
     found = queries.test_page(generic_id=generic_id, days=days)
     return render(request, "hud/test.html", {"history": found, "days": days, "day_choices": params.DAYS})

@@ -165,9 +165,18 @@ def test_the_api_refuses_bad_input_with_a_detail(client, db, query):
     assert response.json()["detail"]
 
 
-def test_the_test_api_refuses_a_bad_window_and_an_overlong_id(client, db):
+def test_the_test_api_refuses_a_bad_window_and_an_impossible_id(client, db):
     assert client.get("/api/oot/tests/x::y/?days=abc").status_code == 400
     assert client.get("/api/oot/tests/" + "x" * 1001 + "/").status_code == 404
+    assert client.get("/api/oot/tests/a%00b/").json() == {"detail": "No test has this id"}
+
+
+def test_a_nul_in_the_search_or_the_id_is_a_4xx(client, db):
+    """PostgreSQL cannot compare text holding NUL: it is refused before any query."""
+    search = client.get("/oot/tests/?q=ab%00cd")
+    assert search.status_code == 400 and "no NUL character" in search.content.decode()
+    assert client.get("/api/oot/tests/?q=ab%00cd").status_code == 400
+    assert client.get("/oot/tests/a%00b/").status_code == 404
 
 
 def test_the_schema_lists_the_test_endpoints(client, db):
