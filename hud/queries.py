@@ -43,13 +43,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud import clickhouse, failures, pages, softcache, test_results
+from hud import clickhouse, failures, pages, softcache, test_history, test_results
 from hud import readiness as hud_readiness
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
 from hud.store_clickhouse import ClickHouseStore
 from hud.store_db import DatabaseStore
+from hud.test_history_clickhouse import ClickHouseStore as TestHistoryClickHouse
+from hud.test_history_db import DatabaseStore as TestHistoryDatabase
 from hud.types import (
     BackendInfo,
     BackendStats,
@@ -358,3 +360,21 @@ def job_failures(job_ids) -> dict[int, failures.FailureLine]:
 def failure_signatures(*, days: int, now: datetime | None = None) -> list[failures.Signature]:
     """The failures page: failure signatures of the shown backends in the window, most jobs affected first."""
     return failures.signatures(since=since(days, now), backend_ids=[b.id for b in shown_backends()])
+
+
+def test_search(*, text: str, days: int, page: int, now: datetime | None = None) -> test_history.SearchPage:
+    """Tests whose generic id contains ``text`` (any case), failing most recently first (hud.test_history)."""
+    return test_history.search(_test_rows(), text=text, days=days, since=since(days, now), page=page)
+
+
+def test_page(*, generic_id: str, days: int, now: datetime | None = None) -> test_history.TestHistory:
+    """One test across the shown backends: grid, when it started failing, last failure, pass rate (hud.test_history)."""
+    rows, window = _test_rows(), since(days, now)
+    return test_history.history(rows, generic_id=generic_id, days=days, since=window, backends=shown_backends())
+
+
+def _test_rows() -> test_history.Store:
+    """As :func:`store`, for the per-test rows."""
+    if source() != "clickhouse":
+        return TestHistoryDatabase()
+    return test_history.FallbackStore(TestHistoryClickHouse(), TestHistoryDatabase(), failed=_clickhouse_failed)

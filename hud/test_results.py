@@ -47,11 +47,20 @@ class CaseInfo:
 
     @property
     def folded(self) -> bool:
-        return len(self.message) > FOLD_CHARS or self.message.count("\n") >= FOLD_LINES
+        return folded(self.message)
 
     @property
     def first_line(self) -> str:
-        return self.message.split("\n", 1)[0][:FOLD_CHARS]
+        return first_line(self.message)
+
+
+def folded(message: str) -> bool:
+    """Whether a failure message is shown folded (its first line as the summary)."""
+    return len(message) > FOLD_CHARS or message.count("\n") >= FOLD_LINES
+
+
+def first_line(message: str) -> str:
+    return message.split("\n", 1)[0][:FOLD_CHARS]
 
 
 @dataclass(frozen=True)

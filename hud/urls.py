@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud import api, api_disabled, api_tests, views
+from hud import api, api_disabled, api_history, api_tests, views, views_history
 
 app_name = "hud"
 urlpatterns: list = [
@@ -12,6 +12,8 @@ urlpatterns: list = [
     path("oot/api/", views.api_docs, name="api-docs"),
     path("oot/pr/", views.pr_jump, name="pr-jump"),
     path("oot/pr/<int:number>/", views.pull_request, name="pull-request"),
+    path("oot/tests/", views_history.tests, name="tests"),
+    path("oot/tests/<path:generic_id>/", views_history.test, name="test"),  # ids hold "/", "::", "[", "{"…
     path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
     path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
@@ -26,6 +28,8 @@ urlpatterns: list = [
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
     path("api/oot/failures/", api.FailuresView.as_view(), name="api-failures"),
     path("api/oot/pr/<int:number>/", api.PullRequestView.as_view(), name="api-pull-request"),
+    path("api/oot/tests/", api_history.TestSearchView.as_view(), name="api-tests"),
+    path("api/oot/tests/<path:generic_id>/", api_history.TestHistoryView.as_view(), name="api-test"),
     path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
     path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
     path(

@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 
 from django import template
 from django.http import QueryDict
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from hud import charts
@@ -203,3 +204,12 @@ def running_for(moment: datetime | None) -> str:
     if moment is None:
         return "an unknown time"
     return duration(max(0.0, (timezone.now() - moment).total_seconds()))
+
+
+@register.filter
+def test_url(generic_id: str) -> str:
+    """The test page of a generic test id; "" for an id no URL can carry (empty, or with a line break)."""
+    try:
+        return reverse("hud:test", args=[generic_id]) if generic_id else ""
+    except NoReverseMatch:
+        return ""

@@ -60,8 +60,12 @@ HUD_PATHS = [
     "/api/oot/pr/101/",
     "/api/oot/acme/npu/",
     "/api/oot/acme/npu/jobs/1/",
+    "/oot/tests/",
+    "/oot/tests/test/test_a.py::test_a/",
+    "/api/oot/tests/",
+    "/api/oot/tests/test/test_a.py::test_a/",
 ]
-PARAMETERS = ["days", "page", "event", "failing", "number", "format"]
+PARAMETERS = ["days", "page", "event", "failing", "number", "format", "q"]
 INGEST_TOKEN = "hud-bot-token-for-fuzzing"
 INGEST_FOCUS = (
     ("trusted",),
@@ -205,6 +209,8 @@ def hud_urls(draw) -> str:
         | st.builds("/api/oot/{}/{}/jobs/{}/".format, segment, segment, number)
         | st.builds("/oot/pr/{}/".format, number)
         | st.builds("/api/oot/pr/{}/".format, number)
+        | st.builds("/oot/tests/{}/".format, segment)
+        | st.builds("/api/oot/tests/{}/".format, segment)
     )
     # Mostly pages that exist, so that their parameters are read; a fifth of the time a path of hostile parts.
     path = draw(st.sampled_from(HUD_PATHS) if draw(st.integers(0, 4)) else hostile_path)

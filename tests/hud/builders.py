@@ -1,11 +1,13 @@
-"""Small builders for HUD tests: deliveries, dispatches and job results at times relative to now."""
+"""Small builders for HUD tests: deliveries, dispatches, job results and their test reports at times relative to now."""
 
+import io
 import itertools
 from datetime import timedelta
+from xml.sax.saxutils import escape
 
 from django.utils import timezone
 
-from ootci.models import Delivery, Dispatch, JobResult, PullRequest
+from ootci.models import Delivery, Dispatch, JobResult, PullRequest, TestReport
 
 _ids = itertools.count(1)
 
@@ -57,3 +59,39 @@ def job(backend, *, name: str, conclusion: str = "success", finished=None, dispa
         level=backend.level,
         **fields,
     )
+
+
+def report_with(job: JobResult, cases: dict[str, str | tuple], *, at=None) -> TestReport:
+    """A parsed test report of ``job`` that arrived at ``at`` (default now): one pytest-style case per entry of
+    ``cases``, ``"module.Class::name": status`` or ``(status, reruns, message)``, with status passed, failed, error,
+    skipped, xfail or xpass. The bytes go to the intermediate store (TEST_REPORTS_URL) and are parsed by the relay's
+    own parser, so PostgreSQL's and ClickHouse's copies (replicated from those bytes) hold the same cases."""
+    from relay import test_reports
+
+    rows = [_junit_case(key, *(spec if isinstance(spec, tuple) else (spec,))) for key, spec in cases.items()]
+    body = f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{"".join(rows)}</testsuite></testsuites>'
+    received = test_reports.spooled(io.BytesIO(body.encode()), limit=10**8)
+    report, _ = test_reports.report_store(job=job, received=received, source="upload")
+    assert test_reports.test_report_parse(report_id=report.pk) == "parsed", report.reason
+    TestReport.objects.filter(pk=report.pk).update(received_at=at or timezone.now())
+    report.refresh_from_db()
+    return report
+
+
+def _junit_case(key: str, status: str, reruns: int = 0, message: str = "") -> str:
+    classname, _, name = key.partition("::")
+    inner = '<rerun message="flaky">try</rerun>' * reruns
+    text = _attr(message or f"AssertionError: {name} {status}")
+    inner += {
+        "passed": "",
+        "failed": f'<failure message="{text}">{text}</failure>',
+        "xpass": f'<failure message="[XPASS(strict)] {text}"/>',
+        "error": f'<error message="{text}">{text}</error>',
+        "skipped": '<skipped type="pytest.skip" message="not here"/>',
+        "xfail": '<skipped type="pytest.xfail" message="known"/>',
+    }[status]
+    return f'<testcase classname="{_attr(classname)}" name="{_attr(name)}" time="0.1">{inner}</testcase>'
+
+
+def _attr(text: str) -> str:
+    return escape(text, {'"': "&quot;", "\n": "&#10;"})
