@@ -43,8 +43,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud import clickhouse, failures, pages, softcache, test_results
+from hud import clickhouse, failing_tests_runs, failures, pages, softcache, test_results
 from hud import readiness as hud_readiness
+from hud.failing_tests import BackendFailing, CaseStore, FallbackCases
+from hud.failing_tests import summary_line as failing_summary_line  # noqa: F401 - the views and API name it here
+from hud.failing_tests_clickhouse import ClickHouseCases
+from hud.failing_tests_db import DatabaseCases
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -76,6 +80,13 @@ def store() -> Store:
     if source() != "clickhouse":
         return DatabaseStore()
     return FallbackStore(ClickHouseStore(), DatabaseStore(), failed=_clickhouse_failed)
+
+
+def case_store() -> CaseStore:
+    """The test cases the failing-tests view reads, as ``store`` picks job results."""
+    if source() != "clickhouse":
+        return DatabaseCases()
+    return FallbackCases(ClickHouseCases(), DatabaseCases(), failed=_clickhouse_failed)
 
 
 # --- ClickHouse outages: the database answers, the page says so ----------------------------------
@@ -358,3 +369,18 @@ def job_failures(job_ids) -> dict[int, failures.FailureLine]:
 def failure_signatures(*, days: int, now: datetime | None = None) -> list[failures.Signature]:
     """The failures page: failure signatures of the shown backends in the window, most jobs affected first."""
     return failures.signatures(since=since(days, now), backend_ids=[b.id for b in shown_backends()])
+
+
+def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
+    """The backend's failing tests, classified (hud.failing_tests), on PR ``pr``'s head or in its latest baseline."""
+    return failing_tests_runs.backend_failing(case_store(), backend, pr=pr)
+
+
+def pr_failing_tests(number: int) -> list[BackendFailing] | None:
+    """Each shown backend's failing tests on the PR's head, classified; None if the PR was never relayed."""
+    return failing_tests_runs.pr_failing(case_store(), number, shown_backends())
+
+
+def recent_failing_prs(backend_id: int) -> list[dict]:
+    """The backend's latest PR heads with a test failure, for the failing-tests view's links."""
+    return failing_tests_runs.recent_prs(backend_id)
