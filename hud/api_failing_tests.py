@@ -76,7 +76,7 @@ class BackendFailingSerializer(serializers.Serializer):
     tests = FailingTestSerializer(many=True)
 
 
-class PullRequestSerializer(serializers.Serializer):
+class PullRequestDetailSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     upstream_repo = serializers.CharField()
     title = serializers.CharField()
@@ -121,14 +121,14 @@ class FailingTestsView(APIView):
 class PullRequestView(APIView):
     @extend_schema(
         operation_id="oot_pull_request",
-        responses=PullRequestSerializer,
+        responses=PullRequestDetailSerializer,
         summary="One upstream PR across backends, with each backend's failing tests classified",
     )
     def get(self, request: Request, number: int) -> Response:
         detail = queries.pull_request(number)
         if detail is None:
             raise NotFound(f"No pull request #{number} has been relayed")
-        found = queries.pr_failing_tests(number) or []
+        found = queries.pr_failing_tests(number, detail) or []
         data = plain(detail) | {
             "failing_tests": BackendFailingSerializer(found, many=True).data,
             "failing_summary": queries.failing_summary_line(found),

@@ -372,10 +372,12 @@ class FallbackCases(FallbackStore):
         return self._read("history", backend_ids=backend_ids, test_ids=test_ids, limit=limit)
 
 
-def classified(store: CaseStore, targets: list[Target]) -> list[BackendFailing]:
-    """Each target classified, from three reads of the case store whatever the number of targets."""
+def classified(store: CaseStore, targets: list[Target], *, failing: list[dict] | None = None) -> list[BackendFailing]:
+    """Each target classified, from three reads of the case store whatever the number of targets (two when the
+    failing cases of the targets' jobs are given)."""
     ran = [t for t in targets if t.run]
-    failing = store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else []
+    if failing is None:
+        failing = store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else []
     test_ids = sorted({test for t in ran for test in chosen_tests(t, failing)[0]})
     cases, history = [], []
     if test_ids:

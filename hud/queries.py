@@ -376,9 +376,10 @@ def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFail
     return failing_tests_runs.backend_failing(case_store(), backend, pr=pr)
 
 
-def pr_failing_tests(number: int) -> list[BackendFailing] | None:
-    """Each shown backend's failing tests on the PR's head, classified; None if the PR was never relayed."""
-    return failing_tests_runs.pr_failing(case_store(), number, shown_backends())
+def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[BackendFailing] | None:
+    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown."""
+    backends, head = ([g.backend for g in detail.groups], detail.head_sha) if detail else (shown_backends(), "")
+    return failing_tests_runs.pr_failing(case_store(), number, backends, head=head)
 
 
 def recent_failing_prs(backend_id: int) -> list[dict]:

@@ -130,7 +130,7 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
         "reported": reported,
         "failures": queries.job_failures(failed_jobs),
     }
-    classified = queries.pr_failing_tests(number) or []
+    classified = queries.pr_failing_tests(number, detail) or []
     context["failing_tests"] = {found.backend.id: found for found in classified}
     context["failing_line"] = queries.failing_summary_line(classified)
     return render_page(request, "pull_request", context)
