@@ -217,52 +217,76 @@ def summary_line(found: Iterable[BackendFailing]) -> str:
 # --- the rules, over a case store's rows -----------------------------------------------------------------------------
 
 
-def chosen_tests(target: Target, failing: list[dict]) -> tuple[list[str], int]:
-    """The test ids the target classifies (the first CAP by id) and how many fail in all."""
-    latest = {j.id for j in target.run.jobs} if target.run else set()
-    ids = sorted({r["test_id"] for r in failing if r["job_id"] in latest})
+def by_job(rows: list[dict]) -> dict[int, list[dict]]:
+    found: dict[int, list[dict]] = defaultdict(list)
+    for r in rows:
+        found[r["job_id"]].append(r)
+    return found
+
+
+def chosen_tests(target: Target, failing: dict[int, list[dict]]) -> tuple[list[str], int]:
+    """The test ids the target classifies (the first CAP by id) and how many fail in all (``failing``: by job)."""
+    jobs = target.run.jobs if target.run else ()
+    ids = sorted({r["test_id"] for j in jobs for r in failing.get(j.id, ())})
     return ids[:CAP], len(ids)
 
 
-def classify(target: Target, *, failing: list[dict], cases: list[dict], history: list[dict]) -> BackendFailing:
+@dataclass(frozen=True)
+class Rows:
+    """A case store's rows, indexed once for every target: failing cases and cases by job, history by (backend,
+    test) newest first."""
+
+    failing: dict[int, list[dict]]
+    cases: dict[int, list[dict]]
+    history: dict[tuple[int, str], list[dict]]
+
+    @classmethod
+    def of(cls, *, failing: dict[int, list[dict]], cases: list[dict], history: list[dict]) -> Rows:
+        past: dict[tuple[int, str], list[dict]] = defaultdict(list)
+        for r in history:
+            past[r["backend_id"], r["test_id"]].append(r)
+        return cls(failing, by_job(cases), past)
+
+    def statuses(self, jobs: Iterable[int], tests: set[str]) -> dict[str, list[dict]]:
+        """The cases of ``tests`` in ``jobs``, by test."""
+        found: dict[str, list[dict]] = defaultdict(list)
+        for job in jobs:
+            for r in self.cases.get(job, ()):
+                if r["test_id"] in tests:
+                    found[r["test_id"]].append(r)
+        return found
+
+
+def classify(target: Target, rows: Rows) -> BackendFailing:
     """The target's failing tests with their classes, from the rows of ``failing_cases`` (the run's latest attempts),
     ``cases_of`` (every attempt at the SHA, the baseline's and the other backends' jobs) and ``history`` (newest first,
-    at most HISTORY per backend and test); rows of other targets are ignored."""
+    at most HISTORY per backend and test)."""
     run, bid = target.run, target.backend.id
-    chosen, total = chosen_tests(target, failing)
-    columns = {j.id: j.column for j in run.jobs} if run else {}
+    chosen, total = chosen_tests(target, rows.failing)
     first: dict[str, dict] = {}
     failing_in: dict[str, list[str]] = defaultdict(list)
-    for r in failing:
-        if r["job_id"] in columns:
+    for job in run.jobs if run else ():
+        for r in rows.failing.get(job.id, ()):
             first.setdefault(r["test_id"], r)
-            if columns[r["job_id"]] not in failing_in[r["test_id"]]:
-                failing_in[r["test_id"]].append(columns[r["job_id"]])
-    base_jobs = {j.id for j in target.baseline.run.jobs} if target.baseline else set()
-    attempts = set(run.attempts) if run else set()
-    at_base, here, elsewhere = defaultdict(set), defaultdict(list), defaultdict(set)
-    for r in cases:
-        if r["job_id"] in base_jobs:
-            at_base[r["test_id"]].add(r["status"])
-        if r["job_id"] in attempts:
-            here[r["test_id"]].append(r)
-        if r["job_id"] in target.others:
-            elsewhere[r["test_id"]].add(r["status"])
-    past = defaultdict(list)
-    for r in history:
-        if r["backend_id"] == bid:
-            past[r["test_id"]].append(r)
-    tests = [
-        failing_test(
-            first[t],
-            jobs=tuple(failing_in[t]),
-            baseline=baseline_status(at_base[t]) if target.baseline else "",
-            elsewhere=elsewhere_status(elsewhere[t]),
-            flaky_why=flaky_reasons(here[t], past[t]),
-            history=past[t],
+            if job.column not in failing_in[r["test_id"]]:
+                failing_in[r["test_id"]].append(job.column)
+    tests_ = set(chosen)
+    at_base = rows.statuses((j.id for j in target.baseline.run.jobs) if target.baseline else (), tests_)
+    here = rows.statuses(run.attempts if run else (), tests_)
+    elsewhere = rows.statuses(target.others, tests_)
+    tests = []
+    for t in chosen:
+        past = rows.history.get((bid, t), [])
+        tests.append(
+            failing_test(
+                first[t],
+                jobs=tuple(failing_in[t]),
+                baseline=baseline_status({r["status"] for r in at_base[t]}) if target.baseline else "",
+                elsewhere=elsewhere_status({r["status"] for r in elsewhere[t]}),
+                flaky_why=flaky_reasons(here[t], past),
+                history=past,
+            )
         )
-        for t in chosen
-    ]
     tests.sort(key=lambda t: (not t.new, not t.only_here, not t.flaky, t.test_id))
     return BackendFailing(
         backend=target.backend,
@@ -372,12 +396,14 @@ class FallbackCases(FallbackStore):
         return self._read("history", backend_ids=backend_ids, test_ids=test_ids, limit=limit)
 
 
-def classified(store: CaseStore, targets: list[Target], *, failing: list[dict] | None = None) -> list[BackendFailing]:
+def classified(
+    store: CaseStore, targets: list[Target], *, failing: dict[int, list[dict]] | None = None
+) -> list[BackendFailing]:
     """Each target classified, from three reads of the case store whatever the number of targets (two when the
-    failing cases of the targets' jobs are given)."""
+    failing cases of the targets' jobs are given, by job)."""
     ran = [t for t in targets if t.run]
     if failing is None:
-        failing = store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else []
+        failing = by_job(store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else [])
     test_ids = sorted({test for t in ran for test in chosen_tests(t, failing)[0]})
     cases, history = [], []
     if test_ids:
@@ -385,4 +411,5 @@ def classified(store: CaseStore, targets: list[Target], *, failing: list[dict] |
         jobs |= {j.id for t in ran if t.baseline for j in t.baseline.run.jobs}
         cases = store.cases_of(job_ids=sorted(jobs), test_ids=test_ids)
         history = store.history(backend_ids=sorted({t.backend.id for t in ran}), test_ids=test_ids, limit=HISTORY)
-    return [classify(t, failing=failing, cases=cases, history=history) for t in targets]
+    rows = Rows.of(failing=failing, cases=cases, history=history)
+    return [classify(t, rows) for t in targets]

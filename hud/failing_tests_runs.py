@@ -22,6 +22,7 @@ from hud.failing_tests import (
     Run,
     RunJob,
     Target,
+    by_job,
     chosen_tests,
     classified,
 )
@@ -177,7 +178,7 @@ def pr_failing(
         return None
     targets, rows = pr_targets(number, head, backends)
     ran = [t for t in targets if t.run]
-    failing = store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else []
+    failing = by_job(store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else [])
     failing_on = [t.backend.id for t in ran if chosen_tests(t, failing)[0]]
     if failing_on:
         base, pushed = pr_pushed(number, head, rows)
