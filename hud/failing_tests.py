@@ -378,9 +378,10 @@ class CaseStore(Protocol):
     def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
         """Every case (job_id, test_id, status, reruns) of ``test_ids`` in the jobs."""
 
-    def history(self, *, backend_ids: list[int], test_ids: list[str], limit: int) -> list[dict]:
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
         """The last ``limit`` passed or failing results (backend_id, test_id, status, job_id, job_sha, at = report
-        time) of each test on each backend, newest first (report time, report, case)."""
+        time) of each test of ``tests`` (backend id → test ids) on its backend, newest first (report time, report,
+        case)."""
 
 
 class FallbackCases(FallbackStore):
@@ -392,8 +393,8 @@ class FallbackCases(FallbackStore):
     def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
         return self._read("cases_of", job_ids=job_ids, test_ids=test_ids)
 
-    def history(self, *, backend_ids: list[int], test_ids: list[str], limit: int) -> list[dict]:
-        return self._read("history", backend_ids=backend_ids, test_ids=test_ids, limit=limit)
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        return self._read("history", tests=tests, limit=limit)
 
 
 def classified(
@@ -410,6 +411,7 @@ def classified(
         jobs = {job for t in ran for job in (*t.run.attempts, *t.others)}
         jobs |= {j.id for t in ran if t.baseline for j in t.baseline.run.jobs}
         cases = store.cases_of(job_ids=sorted(jobs), test_ids=test_ids)
-        history = store.history(backend_ids=sorted({t.backend.id for t in ran}), test_ids=test_ids, limit=HISTORY)
+        own = {t.backend.id: chosen_tests(t, failing)[0] for t in ran}
+        history = store.history(tests={bid: tests for bid, tests in own.items() if tests}, limit=HISTORY)
     rows = Rows.of(failing=failing, cases=cases, history=history)
     return [classify(t, rows) for t in targets]

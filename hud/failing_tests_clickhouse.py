@@ -40,7 +40,11 @@ class ClickHouseCases:
     def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
         if not job_ids:
             return []
-        cases = latest("job_id, generic_id, status, reruns, message, report_id, ordinal", JOBS)
+        # The tests that failed in some version narrow the read to their key ranges; the latest version decides.
+        failed = f"SELECT generic_id FROM {TABLE} WHERE {JOBS} AND status IN {{failing:Array(String)}}"
+        cases = latest(
+            "job_id, generic_id, status, reruns, message, report_id, ordinal", f"{JOBS} AND generic_id IN ({failed})"
+        )
         sql = f"""SELECT job_id, generic_id AS test_id, status, reruns, message FROM ({cases})
             WHERE status IN {{failing:Array(String)}} ORDER BY job_id, report_id, ordinal"""
         return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, failing=list(FAILING))]
@@ -54,18 +58,18 @@ class ClickHouseCases:
         sql = f"SELECT job_id, generic_id AS test_id, status, reruns FROM ({cases})"
         return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, test_ids=test_ids)]
 
-    def history(self, *, backend_ids: list[int], test_ids: list[str], limit: int) -> list[dict]:
-        if not backend_ids or not test_ids:
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        if not tests:
             return []
-        cases = latest(
-            "backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal",
-            f"{TESTS} AND backend_id IN {{backend_ids:Array(UInt64)}}",
-        )
+        pairs = [(bid, test) for bid, ids in tests.items() for test in ids]
+        wanted = f"{TESTS} AND (backend_id, generic_id) IN {{pairs:Array(Tuple(UInt64, String))}}"
+        cases = latest("backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal", wanted)
         sql = f"""SELECT backend_id, generic_id AS test_id, status, job_id, job_sha, reported_at AS at FROM ({cases})
             WHERE status IN {{counted:Array(String)}}
             ORDER BY backend_id, test_id, reported_at DESC, report_id DESC, ordinal DESC
             LIMIT {int(limit)} BY backend_id, test_id"""
-        found = select(sql, backend_ids=backend_ids, test_ids=test_ids, counted=list(COUNTED))
+        test_ids = sorted({test for _, test in pairs})
+        found = select(sql, test_ids=test_ids, pairs=pairs, counted=list(COUNTED))
         return [
             r | {"backend_id": int(r["backend_id"]), "job_id": int(r["job_id"]), "at": as_datetime(r["at"])}
             for r in found

@@ -7,7 +7,7 @@ same data: a case's order within its report is its id (cases are written in repo
 
 from __future__ import annotations
 
-from django.db.models import F, Window
+from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 
 from hud.failing_tests import COUNTED, FAILING
@@ -24,10 +24,15 @@ class DatabaseCases:
         rows = TestCase.objects.filter(job_id__in=job_ids, test_id__in=test_ids).order_by()
         return list(rows.values("job_id", "test_id", "status", "reruns"))
 
-    def history(self, *, backend_ids: list[int], test_ids: list[str], limit: int) -> list[dict]:
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        if not tests:
+            return []
         newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
+        pairs = Q()
+        for backend_id, test_ids in tests.items():
+            pairs |= Q(job__backend_id=backend_id, test_id__in=test_ids)
         rows = (
-            TestCase.objects.filter(test_id__in=test_ids, job__backend_id__in=backend_ids, status__in=COUNTED)
+            TestCase.objects.filter(pairs, status__in=COUNTED)
             .annotate(
                 backend_id=F("job__backend_id"),
                 job_sha=F("job__job_sha"),

@@ -44,7 +44,7 @@ def test_both_stores_classify_the_same_history_the_same_way(settings, tmp_path, 
         distinct = clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE} FINAL")[0]["n"]
         assert copies > distinct  # duplicates are there to collapse
         npu_id = queries.backend("acme/npu").id
-        assert len(ClickHouseCases().history(backend_ids=[npu_id], test_ids=[generic_id("t_s")], limit=20)) == 5
+        assert len(ClickHouseCases().history(tests={npu_id: [generic_id("t_s")]}, limit=20)) == 5
         from_clickhouse = everything()
         assert queries.fallback_reason() == ""  # every read came from ClickHouse
 
