@@ -81,15 +81,6 @@ class BackendView(APIView):
         return Response(plain({"backend": info, "days": days, "event": event, "stats": stats, "matrix": matrix}))
 
 
-class PullRequestView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One upstream PR across backends")
-    def get(self, request: Request, number: int) -> Response:
-        detail = queries.pull_request(number)
-        if detail is None:
-            raise NotFound(f"No pull request #{number} has been relayed")
-        return Response(plain(detail))
-
-
 class JobView(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="One job attempt and every attempt of that job")
     def get(self, request: Request, org: str, repo: str, job_id: int) -> Response:

@@ -43,8 +43,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud import clickhouse, failures, pages, softcache, test_history, test_results
+from hud import clickhouse, failing_tests_runs, failures, pages, softcache, test_history, test_results
 from hud import readiness as hud_readiness
+from hud.failing_tests import BackendFailing, CaseStore, FallbackCases
+from hud.failing_tests import summary_line as failing_summary_line  # noqa: F401 - the views and API name it here
+from hud.failing_tests_clickhouse import ClickHouseCases
+from hud.failing_tests_db import DatabaseCases
 from hud.pages import PER_PAGE as PER_PAGE
 from hud.pages import natural_key as natural_key
 from hud.store import FallbackStore, Store
@@ -78,6 +82,13 @@ def store() -> Store:
     if source() != "clickhouse":
         return DatabaseStore()
     return FallbackStore(ClickHouseStore(), DatabaseStore(), failed=_clickhouse_failed)
+
+
+def case_store() -> CaseStore:
+    """The test cases the failing-tests view reads, as ``store`` picks job results."""
+    if source() != "clickhouse":
+        return DatabaseCases()
+    return FallbackCases(ClickHouseCases(), DatabaseCases(), failed=_clickhouse_failed)
 
 
 # --- ClickHouse outages: the database answers, the page says so ----------------------------------
@@ -378,3 +389,19 @@ def _test_rows() -> test_history.Store:
     if source() != "clickhouse":
         return TestHistoryDatabase()
     return test_history.FallbackStore(TestHistoryClickHouse(), TestHistoryDatabase(), failed=_clickhouse_failed)
+
+
+def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
+    """The backend's failing tests, classified (hud.failing_tests), on PR ``pr``'s head or in its latest baseline."""
+    return failing_tests_runs.backend_failing(case_store(), backend, pr=pr)
+
+
+def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[BackendFailing] | None:
+    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown."""
+    backends, head = ([g.backend for g in detail.groups], detail.head_sha) if detail else (shown_backends(), "")
+    return failing_tests_runs.pr_failing(case_store(), number, backends, head=head)
+
+
+def recent_failing_prs(backend_id: int) -> list[dict]:
+    """The backend's latest PR heads with a test failure, for the failing-tests view's links."""
+    return failing_tests_runs.recent_prs(backend_id)

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud import api, api_disabled, api_history, api_tests, views, views_history
+from hud import api, api_disabled, api_failing_tests, api_history, api_tests, views, views_history
 
 app_name = "hud"
 urlpatterns: list = [
@@ -27,13 +27,18 @@ urlpatterns: list = [
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
     path("api/oot/failures/", api.FailuresView.as_view(), name="api-failures"),
-    path("api/oot/pr/<int:number>/", api.PullRequestView.as_view(), name="api-pull-request"),
+    path("api/oot/pr/<int:number>/", api_failing_tests.PullRequestView.as_view(), name="api-pull-request"),
     path("api/oot/tests/", api_history.TestSearchView.as_view(), name="api-tests"),
     path("api/oot/tests/<path:generic_id>/", api_history.TestHistoryView.as_view(), name="api-test"),
     path("api/oot/<str:org>/<str:repo>/", api.BackendView.as_view(), name="api-backend"),
     path("api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/", api.JobView.as_view(), name="api-job"),
     path(
         "api/oot/<str:org>/<str:repo>/jobs/<int:job_id>/tests/", api_tests.JobTestsView.as_view(), name="api-job-tests"
+    ),
+    path(
+        "api/oot/<str:org>/<str:repo>/failing-tests/",
+        api_failing_tests.FailingTestsView.as_view(),
+        name="api-failing-tests",
     ),
     path("api/oot/<str:org>/<str:repo>/readiness/", api.ReadinessView.as_view(), name="api-readiness"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

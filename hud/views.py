@@ -67,6 +67,8 @@ def visible_columns(matrix: Matrix, *, job_filter: str, hide_green: bool) -> Mat
 
 def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     info = backend_or_404(org, repo)
+    if request.GET.get("view") == "failing-tests":
+        return failing_tests(request, info)
     days, event, page = params.days(request), params.event(request), params.page(request)
     failing, hide_green = params.flag(request, "failing"), params.flag(request, "hide_green")
     job_filter = request.GET.get("job", "").strip()[:100]
@@ -87,6 +89,22 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "badge_markdown": badge_markdown(request, info),
     }
     return render_page(request, "backend", context)
+
+
+def failing_tests(request: HttpRequest, info: BackendInfo) -> HttpResponse:
+    """The backend page's failing-tests view: the tests failing in its latest nightly/push run, or on ``?pr=``'s head,
+    each classified (hud.failing_tests); a bad or unknown PR number is said on the page (400, 404)."""
+    raw = request.GET.get("pr", "").strip()[:50]
+    pr = params.number(raw.lstrip("#")) if raw else None
+    context = {"backend": info, "recent": queries.recent_failing_prs(info.id), "pr_asked": raw}
+    if raw and (pr is None or not 0 < pr < 2**31):
+        context["problem"] = f"“{raw}” is not a pull request number."
+        return render(request, "hud/failing_tests.html", context, status=400)
+    found = queries.failing_tests(info, pr=pr)
+    if found is None:
+        context["problem"] = f"No pull request #{pr} has been relayed."
+        return render(request, "hud/failing_tests.html", context, status=404)
+    return render(request, "hud/failing_tests.html", context | {"found": found})
 
 
 def group_failing(group: PrGroup) -> bool:
@@ -112,6 +130,9 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
         "reported": reported,
         "failures": queries.job_failures(failed_jobs),
     }
+    classified = queries.pr_failing_tests(number, detail) or []
+    context["failing_tests"] = {found.backend.id: found for found in classified}
+    context["failing_line"] = queries.failing_summary_line(classified)
     return render_page(request, "pull_request", context)
 
 

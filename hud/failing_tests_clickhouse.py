@@ -1,0 +1,80 @@
+"""The failing-tests case store on ClickHouse: `oot_test_case` (``hud.clickhouse_cases``), each case in its latest
+version (what ``FINAL`` reads; see ``latest``).
+
+Rows as ``hud.failing_tests.CaseStore`` describes them, the same as ``hud.failing_tests_db`` gives on the same data: a
+case's order within its report is its ``ordinal`` (the database's case ids follow it), its time ``reported_at`` (the
+report's ``received_at``). Reads by test id use the sorting key (generic_id, backend_id, …); the read by job scans the
+job_id column. Driver failures are ClickHouseError; ``hud.queries`` then reads the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hud import clickhouse, clickhouse_cases
+from hud.clickhouse_cases import TABLE
+from hud.failing_tests import COUNTED, FAILING
+from hud.store import as_datetime
+
+KEY = "generic_id, backend_id, reported_at, report_id, ordinal"  # the sorting key: every version of a case has it
+JOBS = "job_id IN {job_ids:Array(UInt64)}"
+TESTS = "generic_id IN {test_ids:Array(String)}"
+
+
+def latest(columns: str, where: str) -> str:
+    """The latest version of each case that meets ``where`` — exactly the rows ``FINAL`` reads — for a ``where`` over
+    columns every version of a case shares (test, backend, job: a case is re-sent only with its own report).
+
+    ``FINAL`` merges every part's ranges of the selected keys before applying a filter on other columns (``job_id``,
+    which the key does not lead with) and, with several parts, costs seconds on 10 million cases; here only the
+    matching rows are read (PREWHERE), sorted by key and version, and the newest of each key kept."""
+    return f"SELECT {columns} FROM {TABLE} WHERE {where} ORDER BY {KEY}, version DESC LIMIT 1 BY {KEY}"
+
+
+def select(sql: str, **parameters: Any) -> list[dict[str, Any]]:
+    with clickhouse.session():
+        return clickhouse.select(sql, parameters)
+
+
+class ClickHouseCases:
+    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
+        if not job_ids:
+            return []
+        # The job results' table can be there before the first case replication creates this one: until then
+        # ClickHouse has no cases yet (as it lacks a job not yet copied), which is not an outage.
+        with clickhouse.session():
+            clickhouse_cases.ensure_schema()
+        # The tests that failed in some version narrow the read to their key ranges; the latest version decides.
+        failed = f"SELECT generic_id FROM {TABLE} WHERE {JOBS} AND status IN {{failing:Array(String)}}"
+        cases = latest(
+            "job_id, generic_id, status, reruns, message, report_id, ordinal", f"{JOBS} AND generic_id IN ({failed})"
+        )
+        sql = f"""SELECT job_id, generic_id AS test_id, status, reruns, message FROM ({cases})
+            WHERE status IN {{failing:Array(String)}} ORDER BY job_id, report_id, ordinal"""
+        return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, failing=list(FAILING))]
+
+    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
+        if not job_ids or not test_ids:
+            return []
+        cases = latest(
+            "job_id, generic_id, status, reruns, backend_id, reported_at, report_id, ordinal", f"{TESTS} AND {JOBS}"
+        )
+        sql = f"SELECT job_id, generic_id AS test_id, status, reruns FROM ({cases})"
+        return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, test_ids=test_ids)]
+
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        if not tests:
+            return []
+        pairs = [(bid, test) for bid, ids in tests.items() for test in ids]
+        wanted = f"{TESTS} AND (backend_id, generic_id) IN {{pairs:Array(Tuple(UInt64, String))}}"
+        cases = latest("backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal", wanted)
+        sql = f"""SELECT backend_id, generic_id AS test_id, status, job_id, job_sha, reported_at AS at FROM ({cases})
+            WHERE status IN {{counted:Array(String)}}
+            ORDER BY backend_id, test_id, reported_at DESC, report_id DESC, ordinal DESC
+            LIMIT {int(limit)} BY backend_id, test_id"""
+        test_ids = sorted({test for _, test in pairs})
+        found = select(sql, test_ids=test_ids, pairs=pairs, counted=list(COUNTED))
+        return [
+            r | {"backend_id": int(r["backend_id"]), "job_id": int(r["job_id"]), "at": as_datetime(r["at"])}
+            for r in found
+        ]

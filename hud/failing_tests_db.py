@@ -1,0 +1,46 @@
+"""The failing-tests case store on the database: TestCase (every case, passes included) joined to its report and job.
+
+Rows as ``hud.failing_tests.CaseStore`` describes them, the same as ``hud.failing_tests_clickhouse`` gives on the
+same data: a case's order within its report is its id (cases are written in report order), its time the report's
+``received_at``.
+"""
+
+from __future__ import annotations
+
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
+
+from hud.failing_tests import COUNTED, FAILING
+from hud.store import as_datetime
+from ootci.models import TestCase
+
+
+class DatabaseCases:
+    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
+        rows = TestCase.objects.filter(job_id__in=job_ids, status__in=FAILING).order_by("job_id", "report_id", "id")
+        return list(rows.values("job_id", "test_id", "status", "reruns", "message"))
+
+    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
+        rows = TestCase.objects.filter(job_id__in=job_ids, test_id__in=test_ids).order_by()
+        return list(rows.values("job_id", "test_id", "status", "reruns"))
+
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        if not tests:
+            return []
+        newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
+        pairs = Q()
+        for backend_id, test_ids in tests.items():
+            pairs |= Q(job__backend_id=backend_id, test_id__in=test_ids)
+        rows = (
+            TestCase.objects.filter(pairs, status__in=COUNTED)
+            .annotate(
+                backend_id=F("job__backend_id"),
+                job_sha=F("job__job_sha"),
+                at=F("report__received_at"),
+                n=Window(RowNumber(), partition_by=[F("job__backend_id"), F("test_id")], order_by=newest),
+            )
+            .filter(n__lte=limit)
+            .order_by("backend_id", "test_id", *newest)
+        )
+        found = rows.values("backend_id", "test_id", "status", "job_id", "job_sha", "at")
+        return [r | {"at": as_datetime(r["at"])} for r in found]

@@ -1,0 +1,66 @@
+"""The failing-tests classification from ClickHouse (chdb, `oot_test_case`) against PostgreSQL (TestCase): the same
+hand-built history gives the same classes, baselines, scores and order; with ClickHouse down the database answers."""
+
+import pytest
+
+from hud import clickhouse, clickhouse_cases, queries, tasks
+from hud.failing_tests_clickhouse import ClickHouseCases
+from tests.hud.failing_history import BASE, generic_id
+from tests.hud.test_clickhouse_fallback import no_outage_left_over, unreachable  # noqa: F401 - fixtures
+from tests.hud.test_failing_tests import build_pr, history, npu, xpu  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db
+
+
+def everything() -> dict:
+    npu_, xpu_ = queries.backend("acme/npu"), queries.backend("intel/xpu")
+    return {
+        "pr": queries.pr_failing_tests(7),
+        "npu latest": queries.failing_tests(npu_),
+        "npu pr": queries.failing_tests(npu_, pr=7),
+        "xpu pr": queries.failing_tests(xpu_, pr=7),
+        "xpu latest": queries.failing_tests(xpu_),
+    }
+
+
+@pytest.fixture
+def built(history, npu, xpu):  # noqa: F811
+    build_pr(history, npu, xpu)
+    for n, status in enumerate(["failed", "passed", "failed", "passed", "failed"]):  # a flaky score on npu's latest
+        history.baseline(npu, {"t_old": status, "t_s": status}, sha=f"{n + 1:040x}", hours=9 - n)
+    history.baseline(xpu, {"t_s": "passed"}, sha=f"{5:040x}", hours=4)  # passes elsewhere at npu's latest SHA
+
+
+def test_both_stores_classify_the_same_history_the_same_way(settings, tmp_path, built):
+    settings.CLICKHOUSE_URL = ""
+    from_database = everything()
+    settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
+    tasks.clickhouse_replicate()
+    tasks.clickhouse_replicate()  # the overlap sends recent cases again: the reads must collapse them (FINAL)
+
+    with queries.unit_of_work():
+        assert queries.source() == "clickhouse"
+        copies = clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE}")[0]["n"]
+        distinct = clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE} FINAL")[0]["n"]
+        assert copies > distinct  # duplicates are there to collapse
+        npu_id = queries.backend("acme/npu").id
+        assert len(ClickHouseCases().history(tests={npu_id: [generic_id("t_s")]}, limit=20)) == 5
+        from_clickhouse = everything()
+        assert queries.fallback_reason() == ""  # every read came from ClickHouse
+
+    assert from_clickhouse == from_database
+    latest = from_clickhouse["npu latest"]
+    t_s = next(t for t in latest.tests if t.test_id == generic_id("t_s"))
+    assert (t_s.flakiness, t_s.classes) == (1.0, ("new", "only here"))  # the previous run (passed) is its baseline
+    assert from_clickhouse["npu pr"].baseline.sha == BASE
+
+
+def test_with_clickhouse_down_the_database_answers_and_the_page_says_so(client, settings, built, unreachable):  # noqa: F811
+    settings.CLICKHOUSE_URL = ""
+    expected = client.get("/api/oot/acme/npu/failing-tests/?pr=7").json()
+    settings.CLICKHOUSE_URL = unreachable
+    queries._outage.update(until=0.0, reason="")
+
+    assert client.get("/api/oot/acme/npu/failing-tests/?pr=7").json() == expected
+    html = client.get("/oot/acme/npu/?view=failing-tests&pr=7").content.decode()
+    assert "Analytics store unavailable" in html and "4 new failures on npu" in html
