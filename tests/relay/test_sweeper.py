@@ -10,6 +10,7 @@ from django_q.models import Schedule
 from ootci.models import Delivery, Dispatch, JobResult
 from relay import sweeper, tasks
 from tests.fakes.oidc import reporter_body
+from tests.schedules import schedules_installed
 
 
 @pytest.fixture
@@ -123,16 +124,19 @@ def test_the_task_reports_its_counts(make_job):
     assert tasks.jobs_sweep() == {"timed_out": 1, "lost": 0}
 
 
-# Schedules are installed by migrations; transactional tests elsewhere flush them, so restore the migrated data.
-@pytest.mark.django_db(serialized_rollback=True)
+# Schedules are installed by migrations; a transactional test that ran before in this worker flushed them (and
+# serialized_rollback does nothing for a test that is not transactional): run the migrations' operations again.
+@pytest.mark.django_db
 def test_the_sweeper_is_scheduled():
+    schedules_installed()
     schedule = Schedule.objects.get(func="relay.tasks.jobs_sweep")
 
     assert (schedule.schedule_type, schedule.minutes, schedule.repeats) == (Schedule.MINUTES, 10, -1)
 
 
-@pytest.mark.django_db(serialized_rollback=True)
+@pytest.mark.django_db
 def test_every_scheduled_task_names_a_function_that_exists():
+    schedules_installed()
     funcs = list(Schedule.objects.values_list("func", flat=True))
 
     assert funcs
