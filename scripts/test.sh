@@ -71,12 +71,13 @@ echo "==> pytest (PostgreSQL)"
 [ $# -eq 0 ] || exit 0
 
 # The SQLite lane: what `make run` uses (SQLite) migrated and seeded, then the HUD queries and the relay's
-# webhook → dispatch → callback → sweeper tests on it.
-echo "==> SQLite lane: migrate, seed_demo, HUD queries and relay services on SQLite"
+# webhook → dispatch → callback → sweeper tests on it, and the per-test pages' stores and the disabled-test import.
+echo "==> SQLite lane: migrate, seed_demo, HUD queries, relay services, test history on SQLite"
 lane="sqlite:///$PWD/var/lane.sqlite3"
 rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3
 DATABASE_URL=$lane .venv/bin/python manage.py migrate -v 0
 DATABASE_URL=$lane .venv/bin/python manage.py seed_demo
 DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/test_queries.py tests/relay/test_webhook.py \
   tests/relay/test_dispatch.py tests/relay/test_callback.py tests/relay/test_ingest.py tests/relay/test_sweeper.py \
-  tests/ootci/test_seed_demo.py
+  tests/ootci/test_seed_demo.py tests/hud/test_test_history.py tests/hud/test_failing_tests.py \
+  tests/ootci/test_disabled_tests.py
