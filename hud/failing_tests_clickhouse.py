@@ -14,7 +14,7 @@ from typing import Any
 
 from hud import clickhouse, clickhouse_cases
 from hud.clickhouse_cases import TABLE
-from hud.failing_tests import COUNTED, FAILING
+from hud.failing_tests import COUNTED
 from hud.store import as_datetime
 
 KEY = "generic_id, backend_id, reported_at, report_id, ordinal"  # the sorting key: every version of a case has it

@@ -14,6 +14,8 @@ from hud.failing_tests import COUNTED, FAILING
 from hud.store import as_datetime
 from ootci.models import TestCase
 
+TEXT = CharField()
+
 
 class DatabaseCases:
     def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
@@ -35,7 +37,7 @@ class DatabaseCases:
         pairs = [f"{backend_id}:{test}" for backend_id, ids in tests.items() for test in ids]
         rows = (
             TestCase.objects.filter(test_id__in=wanted, job__backend_id__in=list(tests), status__in=COUNTED)
-            .annotate(pair=Concat(Cast("job__backend_id", CharField()), Value(":"), "test_id", output_field=CharField()))
+            .annotate(pair=Concat(Cast("job__backend_id", CharField()), Value(":"), "test_id", output_field=TEXT))
             .filter(pair__in=pairs)
             .annotate(
                 backend_id=F("job__backend_id"),
