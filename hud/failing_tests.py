@@ -390,7 +390,7 @@ class FallbackCases(FallbackStore):
 
     The failing cases of given jobs, and given tests' cases in given jobs, are point reads that the database answers
     from its (job, status) index in milliseconds (it keeps every case); ClickHouse, whose sorting key starts with the
-    test (generic_id, backend_id), scans the job column for them (0.3 s each on 10 million cases). The history, the
+    test (generic_id, backend_id), scans the job column for them (0.1–0.5 s each on 10 million cases). The history, the
     last results of each test on its backend, is a read by key there."""
 
     def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
