@@ -1,10 +1,11 @@
 """The failing-tests case store on ClickHouse: `oot_test_case` (``hud.clickhouse_cases``), each case in its latest
 version (what ``FINAL`` reads; see ``latest``).
 
-Rows as ``hud.failing_tests.CaseStore`` describes them, the same as ``hud.failing_tests_db`` gives on the same data: a
-case's order within its report is its ``ordinal`` (the database's case ids follow it), its time ``reported_at`` (the
-report's ``received_at``). Reads by test id use the sorting key (generic_id, backend_id, …); the read by job scans the
-job_id column. Driver failures are ClickHouseError; ``hud.queries`` then reads the database.
+Only the history is read here (the last results of each test on its backend, by the sorting key generic_id,
+backend_id, …); the cases of given jobs come from the database (``hud.failing_tests.FallbackCases``). Rows as
+``hud.failing_tests.CaseStore`` describes them, the same as ``hud.failing_tests_db`` gives on the same data: a case's
+order within its report is its ``ordinal`` (the database's case ids follow it), its time ``reported_at`` (the report's
+``received_at``). Driver failures are ClickHouseError; ``hud.queries`` then reads the database.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from typing import Any
 
 from hud import clickhouse, clickhouse_cases
 from hud.clickhouse_cases import TABLE
-from hud.failing_tests import COUNTED, FAILING
+from hud.failing_tests import COUNTED
 from hud.store import as_datetime
 
 KEY = "generic_id, backend_id, reported_at, report_id, ordinal"  # the sorting key: every version of a case has it
-JOBS = "job_id IN {job_ids:Array(UInt64)}"
 TESTS = "generic_id IN {test_ids:Array(String)}"
 
 
@@ -37,34 +37,15 @@ def select(sql: str, **parameters: Any) -> list[dict[str, Any]]:
 
 
 class ClickHouseCases:
-    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
-        if not job_ids:
+    """The history read (``hud.failing_tests.FallbackCases`` reads the cases of given jobs from the database)."""
+
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        if not tests:
             return []
         # The job results' table can be there before the first case replication creates this one: until then
         # ClickHouse has no cases yet (as it lacks a job not yet copied), which is not an outage.
         with clickhouse.session():
             clickhouse_cases.ensure_schema()
-        # The tests that failed in some version narrow the read to their key ranges; the latest version decides.
-        failed = f"SELECT generic_id FROM {TABLE} WHERE {JOBS} AND status IN {{failing:Array(String)}}"
-        cases = latest(
-            "job_id, generic_id, status, reruns, message, report_id, ordinal", f"{JOBS} AND generic_id IN ({failed})"
-        )
-        sql = f"""SELECT job_id, generic_id AS test_id, status, reruns, message FROM ({cases})
-            WHERE status IN {{failing:Array(String)}} ORDER BY job_id, report_id, ordinal"""
-        return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, failing=list(FAILING))]
-
-    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
-        if not job_ids or not test_ids:
-            return []
-        cases = latest(
-            "job_id, generic_id, status, reruns, backend_id, reported_at, report_id, ordinal", f"{TESTS} AND {JOBS}"
-        )
-        sql = f"SELECT job_id, generic_id AS test_id, status, reruns FROM ({cases})"
-        return [r | {"job_id": int(r["job_id"])} for r in select(sql, job_ids=job_ids, test_ids=test_ids)]
-
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
-        if not tests:
-            return []
         pairs = [(bid, test) for bid, ids in tests.items() for test in ids]
         wanted = f"{TESTS} AND (backend_id, generic_id) IN {{pairs:Array(Tuple(UInt64, String))}}"
         cases = latest("backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal", wanted)

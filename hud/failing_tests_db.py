@@ -7,12 +7,14 @@ same data: a case's order within its report is its id (cases are written in repo
 
 from __future__ import annotations
 
-from django.db.models import F, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import CharField, F, Value, Window
+from django.db.models.functions import Cast, Concat, RowNumber
 
 from hud.failing_tests import COUNTED, FAILING
 from hud.store import as_datetime
 from ootci.models import TestCase
+
+TEXT = CharField()
 
 
 class DatabaseCases:
@@ -28,11 +30,15 @@ class DatabaseCases:
         if not tests:
             return []
         newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
-        pairs = Q()
-        for backend_id, test_ids in tests.items():
-            pairs |= Q(job__backend_id=backend_id, test_id__in=test_ids)
+        # One list of tests (read from the test_id index) and the (backend, test) pairs as a filter on the joined
+        # rows: an OR of a backend and its tests per backend makes PostgreSQL OR one bitmap per backend and fetch
+        # every case of every listed test from the table (0.7 s for 12 backends on a PR page, 1 million cases).
+        wanted = sorted({test for ids in tests.values() for test in ids})
+        pairs = [f"{backend_id}:{test}" for backend_id, ids in tests.items() for test in ids]
         rows = (
-            TestCase.objects.filter(pairs, status__in=COUNTED)
+            TestCase.objects.filter(test_id__in=wanted, job__backend_id__in=list(tests), status__in=COUNTED)
+            .annotate(pair=Concat(Cast("job__backend_id", CharField()), Value(":"), "test_id", output_field=TEXT))
+            .filter(pair__in=pairs)
             .annotate(
                 backend_id=F("job__backend_id"),
                 job_sha=F("job__job_sha"),

@@ -90,7 +90,8 @@ class TestCase(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job", "status"], name="testcase_job_status"),
-            models.Index(fields=["test_id"], name="testcase_test_id"),
+            # Covering: a test's history (hud.failing_tests_db, hud.test_history_db) is read from the index alone.
+            models.Index(fields=["test_id"], include=["job", "status", "report", "id"], name="testcase_test_history"),
         ]
 
     def __str__(self) -> str:

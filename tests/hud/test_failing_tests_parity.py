@@ -64,3 +64,23 @@ def test_with_clickhouse_down_the_database_answers_and_the_page_says_so(client, 
     assert client.get("/api/oot/acme/npu/failing-tests/?pr=7").json() == expected
     html = client.get("/oot/acme/npu/?view=failing-tests&pr=7").content.decode()
     assert "Analytics store unavailable" in html and "4 new failures on npu" in html
+
+
+def test_with_clickhouse_the_cases_of_the_jobs_come_from_the_database_and_the_history_from_clickhouse(
+    settings, tmp_path, built
+):
+    settings.CLICKHOUSE_URL = ""
+    expected = queries.failing_tests(queries.backend("acme/npu"), pr=7)
+    settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"  # configured, no case copied yet
+
+    with queries.unit_of_work():
+        found = queries.failing_tests(queries.backend("acme/npu"), pr=7)
+        assert queries.fallback_reason() == ""
+
+    # The failing tests and their classes by job (baseline, other backends) are the database's; the history read
+    # from ClickHouse is empty until the cases are copied there.
+    assert [(t.test_id, t.baseline, t.elsewhere) for t in found.tests] == [
+        (t.test_id, t.baseline, t.elsewhere) for t in expected.tests
+    ]
+    assert found.new == expected.new == 4
+    assert {t.results for t in found.tests} == {0} != {t.results for t in expected.tests}
