@@ -18,7 +18,6 @@ directory). Target: under 300 ms. Printed, not asserted.
 """
 
 import os
-import statistics
 import time
 
 import pytest
@@ -27,7 +26,7 @@ from pytest_django.fixtures import _set_suffix_to_test_databases
 
 from hud import clickhouse, clickhouse_cases, clickhouse_replication, queries
 from ootci.models import Backend, TestCase
-from tests.bench.data import BACKENDS
+from tests.bench.data import BACKENDS, median_ms
 
 RUNS = int(os.environ.get("BENCH_RUNS", 5))
 NIGHTLIES, PRS, SHARDS, PER_JOB = 67, 100, 4, 1250  # 12 × 167 runs × 4 shards = 8,016 jobs of 1,250 cases
@@ -174,7 +173,7 @@ def parts() -> int:
 def measure(client, settings, pages: dict[str, str], url: str, label: str) -> None:
     """Each page's median server time on ClickHouse (``url``) and on PostgreSQL."""
     print(f"{'request':<26} {label:>34} {'PostgreSQL':>11}")
-    print(f"{'(opening ClickHouse)':<26} {median_ms(engine_open):32.1f}ms {'':>11}")
+    print(f"{'(opening ClickHouse)':<26} {median_ms(engine_open, RUNS):32.1f}ms {'':>11}")
     for name, path in pages.items():
         timings = []
         for store_url in (url, ""):
@@ -182,7 +181,7 @@ def measure(client, settings, pages: dict[str, str], url: str, label: str) -> No
             response = client.get(path)
             assert response.status_code == 200, path
             assert b"Analytics store unavailable" not in response.content, path  # ClickHouse answered
-            timings.append(median_ms(lambda path=path: client.get(path)))
+            timings.append(median_ms(lambda path=path: client.get(path), RUNS))
         print(f"{name:<26} {timings[0]:32.1f}ms {timings[1]:9.1f}ms")
     settings.CLICKHOUSE_URL = url
 
@@ -192,16 +191,6 @@ def engine_open() -> None:
     and one statement."""
     with clickhouse.session():
         clickhouse.select("SELECT 1")
-
-
-def median_ms(call) -> float:
-    call()
-    timings = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        call()
-        timings.append((time.perf_counter() - start) * 1000)
-    return statistics.median(timings)
 
 
 @pytest.mark.django_db(transaction=True)

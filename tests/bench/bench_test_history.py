@@ -17,7 +17,6 @@ engine included). Target: under 300 ms (printed, not asserted: the machine is sh
 """
 
 import os
-import statistics
 import time
 from datetime import timedelta
 from urllib.parse import quote
@@ -29,7 +28,7 @@ from pytest_django.fixtures import _set_suffix_to_test_databases
 
 from hud import clickhouse, clickhouse_cases, queries
 from ootci.models import Backend, JobResult, TestReport
-from tests.bench.data import BACKENDS
+from tests.bench.data import BACKENDS, median_ms
 
 CH_CASES = int(os.environ.get("BENCH_CH_CASES", 10_000_000))
 PG_CASES = int(os.environ.get("BENCH_PG_CASES", 1_000_000))
@@ -147,16 +146,6 @@ def seed_postgresql(backends: list[Backend], now) -> None:
     print(f"{PG_CASES:,} cases in {took:.1f} s (trigram index included)")
 
 
-def median_ms(call) -> float:
-    call()
-    timings = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        call()
-        timings.append((time.perf_counter() - start) * 1000)
-    return statistics.median(timings)
-
-
 def timed_calls(client) -> dict:
     page = f"/oot/tests/{quote(PROBE)}/"
 
@@ -195,9 +184,9 @@ def test_test_history_on_clickhouse_and_postgresql(client, settings, tmp_path):
         for name, call in timed_calls(client).items():
             if name.endswith("figures"):
                 with queries.unit_of_work():
-                    figures[store, name] = median_ms(call)
+                    figures[store, name] = median_ms(call, RUNS)
             else:
-                figures[store, name] = median_ms(call)
+                figures[store, name] = median_ms(call, RUNS)
     settings.CLICKHOUSE_URL = url
     with queries.unit_of_work():
         shown = queries.test_page(generic_id=PROBE, days=7)

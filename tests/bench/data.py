@@ -8,6 +8,8 @@ over `days` before now. `updated_at` is the last write time (completion, else st
 like history rather than a burst of writes. Reused by the query benchmarks.
 """
 
+import statistics
+import time
 from dataclasses import dataclass
 
 from django.db import connection
@@ -128,3 +130,14 @@ FROM (
     ) AS drawn
 ) AS shaped
 """
+
+
+def median_ms(call, runs: int) -> float:
+    """The median of ``runs`` timed calls of ``call``, in milliseconds, after one untimed warm-up call."""
+    call()
+    timings = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        timings.append((time.perf_counter() - start) * 1000)
+    return statistics.median(timings)
