@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from hud import params, queries
 from hud.api import backend_or_404, plain
+from hud.api_history import BackendRefSerializer
 
 PR = OpenApiParameter("pr", int, description="A PR number: its head's failing tests (default: the latest baseline run)")
 
@@ -51,13 +52,6 @@ class FailingTestSerializer(serializers.Serializer):
     message = serializers.CharField(help_text="First line of the failure message")
     job_id = serializers.IntegerField()
     jobs = serializers.ListField(child=serializers.CharField(), help_text="Jobs (workflow / job) it fails in")
-
-
-class BackendRefSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    repo = serializers.CharField()
-    level = serializers.CharField()
-    device = serializers.CharField()
 
 
 class BackendFailingSerializer(serializers.Serializer):

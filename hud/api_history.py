@@ -88,7 +88,9 @@ class LastFailureSerializer(serializers.Serializer):
     first_line = serializers.CharField()
 
 
-class BackendSerializer(serializers.Serializer):
+class BackendRefSerializer(serializers.Serializer):
+    """A backend as the per-test views name it (also hud.api_failing_tests)."""
+
     id = serializers.IntegerField()
     repo = serializers.CharField()
     level = serializers.CharField()
@@ -96,7 +98,7 @@ class BackendSerializer(serializers.Serializer):
 
 
 class BackendHistorySerializer(serializers.Serializer):
-    backend = BackendSerializer()
+    backend = BackendRefSerializer()
     cells = serializers.ListField(
         child=CellSerializer(allow_null=True), help_text="One per column; null where it did not run"
     )
