@@ -10,8 +10,10 @@ replication and the HUD's store (`select`, `rows`, `command`, `insert`).
 - `http(s)://user:password@host:8123/database` — a ClickHouse server or cluster;
 - `chdb:///absolute/path` — the embedded engine (chdb) on a data directory. Only one process can hold a
   directory at a time, so `client()` opens it for one unit of work and closes it at the end; a process
-  that finds it held waits a little (`CHDB_BUSY_WAIT`) and then fails. Deployments with several
-  processes (gunicorn workers, qcluster) use a server.
+  that finds it held waits a little (`CHDB_BUSY_WAIT`) and then fails. A HUD request's session
+  (`session(linger=True)`) leaves its engine open for the next request a moment longer (`CHDB_LINGER`,
+  for `CHDB_HOLD` in a row at most), as starting the engine costs more than most HUD queries.
+  Deployments with several processes (gunicorn workers, qcluster) use a server.
 
 Reading: a row is stored again each time its JobResult changes (and the replication overlap re-sends
 recent rows), so rows only collapse to the latest version at merge time. Queries must deduplicate:
@@ -24,11 +26,13 @@ attempt within a window starting at `t` exactly when `finished_at >= t > newer_f
 attempts with a filter instead of grouping by job. Replication keeps it (see `hud.clickhouse_replication`).
 """
 
+import atexit
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -46,6 +50,12 @@ CHDB_BUSY_WAIT = 10.0
 # With these settings a session of a second or two cleans up, and a run that finds many leftovers waits for it.
 CHDB_SETTINGS = {"cleanup_delay_period": 1, "max_cleanup_delay_period": 1, "cleanup_delay_period_random_add": 0}
 CHDB_CLEANUP_WAIT = 5.0
+# Starting the chdb engine on a directory costs 50-100 ms, more than most HUD queries; a HUD request's engine stays
+# open CHDB_LINGER seconds after it for the next one. Another process (the task worker's replication) waits for the
+# directory up to CHDB_BUSY_WAIT, so the engine is kept at most CHDB_HOLD seconds in a row and then let go for
+# CHDB_LINGER, which under a steady stream of requests leaves the gaps between requests to the other processes.
+CHDB_LINGER = 2.0
+CHDB_HOLD = 5.0
 
 KEY = "(backend_id, event_type, created_at, id)"  # the sorting key: every version of a row has the same
 
@@ -135,11 +145,12 @@ _session: ContextVar[_Session | None] = ContextVar("clickhouse_session", default
 
 
 @contextmanager
-def session() -> Iterator[None]:
+def session(*, linger: bool = False) -> Iterator[None]:
     """One unit of work: every `client()` block inside shares one client, opened by the first and closed at the end.
 
     Opening costs more than a HUD query (a chdb engine start, or an HTTP handshake), so a HUD request reads
-    through one session; it opens nothing until something reads. A session inside a session joins it.
+    through one session; it opens nothing until something reads. A session inside a session joins it. With
+    ``linger`` (HUD requests) a chdb client is kept open for the next session instead (see `_Lingering`).
     """
     if _session.get() is not None:
         yield
@@ -151,7 +162,10 @@ def session() -> Iterator[None]:
     finally:
         _session.reset(token)
         if shared.client is not None:
-            shared.client.close()
+            if linger and is_chdb():
+                _lingering.keep(shared.client)
+            else:
+                _close(shared.client)
 
 
 @contextmanager
@@ -171,7 +185,70 @@ def client() -> Iterator[Client]:
         raise ClickHouseError(f"ClickHouse failed: {ex}") from ex
     finally:
         if shared is None:
-            ch.close()
+            _close(ch)
+
+
+def _close(ch: Client) -> None:
+    with suppress(DriverError):  # a chdb directory deleted under its engine: nothing is left to free
+        ch.close()
+
+
+class _Lingering:
+    """The chdb client of this process's last HUD session, open for CHDB_LINGER seconds more: the next session takes
+    it instead of starting the engine again. Closed by a timer when nobody took it, at once by a session that needs
+    another directory, and at the end of a session once the engine has been open CHDB_HOLD seconds (then nothing is
+    kept for CHDB_LINGER, so that a process waiting for the directory gets it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.client: Client | None = None
+        self.path = ""
+        self.opened = 0.0  # when the kept engine was started (monotonic)
+        self.resting_until = 0.0
+
+    def take(self, path: str) -> Client | None:
+        with self.lock:
+            ch, self.client = self.client, None
+        if ch is not None and self.path == path:
+            return ch
+        if ch is not None:
+            _close(ch)  # chdb runs one directory per process
+        return None
+
+    def keep(self, ch: Client) -> None:
+        now = time.monotonic()
+        with self.lock:
+            path = urlparse(settings.CLICKHOUSE_URL).path
+            if self.client is None and now >= self.resting_until:
+                if not hasattr(ch, "_ootci_opened"):
+                    ch._ootci_opened = now  # opened by this session: the engine's hold starts now
+                if now - ch._ootci_opened < CHDB_HOLD:
+                    self.client, self.path = ch, path
+                    timer = threading.Timer(CHDB_LINGER, self.expire, args=(ch,))
+                    timer.daemon = True
+                    timer.start()
+                    return
+                self.resting_until = now + CHDB_LINGER
+        _close(ch)
+
+    def expire(self, ch: Client | None = None) -> None:
+        """Close the kept client (only ``ch``, when given: a timer of an earlier keep must not close a later one)."""
+        with self.lock:
+            if self.client is None or (ch is not None and self.client is not ch):
+                return
+            ch, self.client = self.client, None
+        _close(ch)
+
+
+_lingering = _Lingering()
+
+
+def release() -> None:
+    """Close the engine a HUD session left open (``CHDB_LINGER``) now, freeing its chdb directory."""
+    _lingering.expire()
+
+
+atexit.register(release)
 
 
 def _connect(*, database: str | None = None) -> Client:
@@ -202,6 +279,8 @@ def _connect_chdb(path: str) -> Client:
         raise ImproperlyConfigured(
             "CLICKHOUSE_URL chdb:/// needs an absolute data directory, e.g. chdb:///var/ootci/ch"
         )
+    if (kept := _lingering.take(path)) is not None:
+        return kept
     deadline = time.monotonic() + CHDB_BUSY_WAIT
     while True:
         try:

@@ -116,11 +116,12 @@ def fallback_reason() -> str:
 
 
 @contextmanager
-def unit_of_work() -> Iterator[None]:
-    """One page or API request: one ClickHouse client at most (opened on the first read) and its own fallback note."""
+def unit_of_work(*, linger: bool = False) -> Iterator[None]:
+    """One page or API request: one ClickHouse client at most (opened on the first read) and its own fallback note.
+    With ``linger`` (a request, not a task) an embedded engine stays open for the next request a moment longer."""
     token = _fallback.set("")
     try:
-        with clickhouse.session():
+        with clickhouse.session(linger=linger):
             yield
     finally:
         _fallback.reset(token)

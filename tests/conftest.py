@@ -2,8 +2,17 @@ import uuid
 
 import pytest
 
+from hud import clickhouse
 from ootci.models import Backend
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_left_open():
+    """A HUD request on chdb leaves its engine open a moment (clickhouse.CHDB_LINGER); no test leaves it to the next,
+    whose directory is another (chdb runs one per process)."""
+    yield
+    clickhouse.release()
 
 
 @pytest.fixture

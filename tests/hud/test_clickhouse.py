@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import Schedule
 
-from hud import clickhouse, clickhouse_replication, tasks
+from hud import clickhouse, clickhouse_replication, queries, tasks
 from hud.models import ReplicationCursor
 from ootci import replication
 from ootci.models import JobResult
@@ -338,3 +339,82 @@ def test_replication_is_scheduled_every_minute(db):
     )
     module, _, name = schedule.func.rpartition(".")
     assert callable(getattr(__import__(module, fromlist=[name]), name))
+
+
+# A process that tries to open the directory once per line it reads, and says whether it could.
+OPENER = """
+import sys
+import time
+import clickhouse_connect
+for _ in sys.stdin:
+    try:
+        c = clickhouse_connect.get_client(interface="chdb", path=sys.argv[1])
+    except Exception:
+        print("held", flush=True)
+    else:
+        c.close()
+        print("open", flush=True)
+"""
+
+
+@pytest.fixture
+def opener(chdb):
+    """Another process, ready (its imports done) to try the directory on ``opener()``."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", OPENER, str(chdb)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+    def attempt() -> str:
+        child.stdin.write("\n")
+        child.stdin.flush()
+        return child.stdout.readline().strip()
+
+    yield attempt
+    child.stdin.close()
+    child.wait(timeout=30)
+
+
+def test_a_hud_request_keeps_the_engine_open_for_the_next_then_lets_another_process_have_it(
+    chdb, make_job, client, opener, monkeypatch
+):
+    monkeypatch.setattr(clickhouse, "CHDB_LINGER", 1.0)
+    make_job()
+    tasks.clickhouse_replicate()
+    assert opener() == "open"  # the replication's unit of work let the directory go
+
+    assert client.get("/oot/").status_code == 200
+    kept = clickhouse._lingering.client
+    assert kept is not None
+    assert opener() == "held"
+    assert client.get("/api/oot/").status_code == 200
+    assert clickhouse._lingering.client is kept  # the next request started no engine of its own
+
+    time.sleep(1.3)
+    assert clickhouse._lingering.client is None
+    assert opener() == "open"
+
+
+def test_a_request_after_chdb_hold_lets_the_engine_go_so_a_waiting_process_gets_it(
+    chdb, make_job, client, opener, monkeypatch
+):
+    monkeypatch.setattr(clickhouse, "CHDB_LINGER", 30.0)
+    monkeypatch.setattr(clickhouse, "CHDB_HOLD", 0.5)
+    make_job()
+    tasks.clickhouse_replicate()
+    assert client.get("/oot/").status_code == 200
+    assert opener() == "held"
+
+    time.sleep(0.6)
+    assert client.get("/oot/").status_code == 200  # open for CHDB_HOLD now: closed at its end, nothing kept
+    assert opener() == "open"
+    assert client.get("/oot/").status_code == 200  # and none kept for CHDB_LINGER after that
+    assert opener() == "open"
+
+
+def test_a_task_does_not_keep_the_engine(chdb, make_job, opener):
+    make_job()
+    with queries.unit_of_work():  # the figure refresh's unit of work, in the worker
+        queries.overview(days=7, event="pull_request")
+        assert opener() == "held"  # read from ClickHouse
+    assert clickhouse._lingering.client is None
+    assert opener() == "open"
