@@ -31,6 +31,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -195,16 +196,18 @@ def _close(ch: Client) -> None:
 
 class _Lingering:
     """The chdb client of this process's last HUD session, open for CHDB_LINGER seconds more: the next session takes
-    it instead of starting the engine again. Closed by a timer when nobody took it, at once by a session that needs
-    another directory, and at the end of a session once the engine has been open CHDB_HOLD seconds (then nothing is
-    kept for CHDB_LINGER, so that a process waiting for the directory gets it)."""
+    it instead of starting the engine again. Closed by a reaper thread when nobody took it in time, at once by a
+    session that needs another directory, and at the end of a session once its engine has been open CHDB_HOLD seconds
+    (then nothing is kept for CHDB_LINGER, so that a process waiting for the directory gets it)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.client: Client | None = None
         self.path = ""
-        self.opened = 0.0  # when the kept engine was started (monotonic)
+        self.until = 0.0  # monotonic time the kept client is closed at, unless a session takes it first
         self.resting_until = 0.0
+        self.started: weakref.WeakKeyDictionary[Client, float] = weakref.WeakKeyDictionary()
+        self.reaper: threading.Thread | None = None
 
     def take(self, path: str) -> Client | None:
         with self.lock:
@@ -218,26 +221,33 @@ class _Lingering:
     def keep(self, ch: Client) -> None:
         now = time.monotonic()
         with self.lock:
-            path = urlparse(settings.CLICKHOUSE_URL).path
+            started = self.started.setdefault(ch, now)  # its hold counts from its first keep
             if self.client is None and now >= self.resting_until:
-                if not hasattr(ch, "_ootci_opened"):
-                    ch._ootci_opened = now  # opened by this session: the engine's hold starts now
-                if now - ch._ootci_opened < CHDB_HOLD:
-                    self.client, self.path = ch, path
-                    timer = threading.Timer(CHDB_LINGER, self.expire, args=(ch,))
-                    timer.daemon = True
-                    timer.start()
+                if now - started < CHDB_HOLD:
+                    self.client, self.path, self.until = ch, urlparse(settings.CLICKHOUSE_URL).path, now + CHDB_LINGER
+                    if self.reaper is None:
+                        self.reaper = threading.Thread(target=self.reap, name="chdb-linger", daemon=True)
+                        self.reaper.start()
                     return
                 self.resting_until = now + CHDB_LINGER
         _close(ch)
 
-    def expire(self, ch: Client | None = None) -> None:
-        """Close the kept client (only ``ch``, when given: a timer of an earlier keep must not close a later one)."""
+    def reap(self) -> None:
+        while True:
+            with self.lock:
+                wait = self.until - time.monotonic()
+                if self.client is None or wait <= 0:
+                    ch, self.client, self.reaper = self.client, None, None
+                    break
+            time.sleep(wait)
+        if ch is not None:
+            _close(ch)
+
+    def expire(self) -> None:
         with self.lock:
-            if self.client is None or (ch is not None and self.client is not ch):
-                return
             ch, self.client = self.client, None
-        _close(ch)
+        if ch is not None:
+            _close(ch)
 
 
 _lingering = _Lingering()

@@ -389,7 +389,11 @@ def test_a_hud_request_keeps_the_engine_open_for_the_next_then_lets_another_proc
     assert client.get("/api/oot/").status_code == 200
     assert clickhouse._lingering.client is kept  # the next request started no engine of its own
 
-    time.sleep(1.3)
+    time.sleep(0.7)
+    assert client.get("/oot/").status_code == 200
+    time.sleep(0.6)  # 1.3 s after the first request, 0.6 s after the last
+    assert opener() == "held"
+    time.sleep(0.8)
     assert clickhouse._lingering.client is None
     assert opener() == "open"
 
