@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Exists, F, Min, OuterRef, Q, Window
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
 
 from hud.failing_tests import (
@@ -118,6 +118,15 @@ def pr_head(number: int) -> str:
         return pr.head_sha
     newest = JobResult.objects.filter(pr_number=number, event_type="pull_request").order_by(*JobResult.LATEST_ORDER)
     return newest.values_list("job_sha", flat=True).first() or ""
+
+
+def pr_state(number: int, head: str) -> str:
+    """What the PR's head has as results: its job results and their test reports, counted with their latest change
+    (a cache key part: it changes when a job result or report of that head is written or parsed again)."""
+    jobs = JobResult.objects.filter(pr_number=number, event_type="pull_request", job_sha=head)
+    found = jobs.aggregate(n=Count("id"), at=Max("updated_at"))
+    reports = TestReport.objects.filter(job__in=jobs.values("id")).aggregate(n=Count("id"), at=Max("parsed_at"))
+    return "-".join(f"{x['n']}/{x['at'].timestamp() if x['at'] else 0}" for x in (found, reports))
 
 
 def pr_pushed(number: int, head: str, rows: list[dict]) -> tuple[str, datetime | None]:

@@ -161,27 +161,27 @@ def cached(name: str, *key, now: datetime | None = None):
     and cached. The figures the pages show by default are recomputed every minute by :func:`figures_refresh`, so
     their requests find them cached; a request itself never enqueues work. Calls with an explicit ``now`` (tests,
     parity checks) always compute."""
-    seconds = settings.HUD_CACHE_SECONDS
-    if now is not None or not seconds:
+    if now is not None or not settings.HUD_CACHE_SECONDS:
         return FIGURES[name](*key, now=now)
+    return through_cache(name, key, lambda: FIGURES[name](*key))
+
+
+def through_cache(name: str, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()`` as cached under ``name`` and ``key`` (by the store answering) less than HUD_CACHE_SECONDS ago,
+    else computed and cached."""
     answering = source()  # each store's figures under their own keys
     entry = None if _refreshing.get() else softcache.get(figure_key(answering, name, key))
-    if entry is not None and wall_time() - entry[0] < seconds:
+    if entry is not None and wall_time() - entry[0] < settings.HUD_CACHE_SECONDS:
         return entry[1]
-    return figure_compute(name, key, answering)
+    value = compute()
+    if source() == answering:  # never cache a fallback answer as ClickHouse's
+        softcache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
+    return value
 
 
 def figure_key(answering: str, name: str, key: tuple) -> str:
     parts = (part.isoformat() if isinstance(part, datetime) else str(part) for part in key)
     return ":".join(["hud", answering, name, *parts])  # no spaces: memcached-safe
-
-
-def figure_compute(name: str, key: tuple, answering: str):
-    """Compute a figure and cache it, unless ClickHouse failed during the computation and the database answered."""
-    value = FIGURES[name](*key)
-    if source() == answering:
-        softcache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
-    return value
 
 
 def figures_refresh(*, days: tuple[int, ...], metric_days: tuple[int, ...]) -> None:
@@ -398,9 +398,21 @@ def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFail
 
 
 def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[BackendFailing] | None:
-    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown."""
+    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown.
+    Cached (HUD_CACHE_SECONDS) until a job result or test report of that head changes: the page refreshes every
+    minute, and a PR that fails on a dozen backends costs a few hundred milliseconds to classify."""
     backends, head = ([g.backend for g in detail.groups], detail.head_sha) if detail else (shown_backends(), "")
-    return failing_tests_runs.pr_failing(case_store(), number, backends, head=head)
+    head = head or failing_tests_runs.pr_head(number)
+    if not head:
+        return None
+
+    def compute() -> list[BackendFailing] | None:
+        return failing_tests_runs.pr_failing(case_store(), number, backends, head=head)
+
+    if not settings.HUD_CACHE_SECONDS:
+        return compute()
+    ids = ",".join(str(b.id) for b in backends)
+    return through_cache("pr_failing", (number, head, ids, failing_tests_runs.pr_state(number, head)), compute)
 
 
 def recent_failing_prs(backend_id: int) -> list[dict]:

@@ -226,6 +226,12 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
         clickhouse.command(f"OPTIMIZE TABLE {clickhouse_cases.TABLE} FINAL")
     print(f"OPTIMIZE FINAL in {time.perf_counter() - began:.1f} s")
     measure(client, settings, pages, url, f"ClickHouse merged: {parts()} part")
+    settings.HUD_CACHE_SECONDS = 180
+    for store_url, label in ((url, "ClickHouse"), ("", "PostgreSQL")):
+        settings.CLICKHOUSE_URL = store_url
+        cached = median_ms(lambda: client.get(pages["PR page (12 backends)"]), RUNS)
+        print(f"PR page (12 backends), its classification cached (HUD_CACHE_SECONDS), {label}: {cached:.1f} ms")
+    settings.HUD_CACHE_SECONDS = 0
     found = {}
     for store_url in (url, ""):
         settings.CLICKHOUSE_URL = store_url

@@ -5,6 +5,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ootci.models import TestCase
 from tests.hud.failing_history import BASE, HEAD, generic_id
 from tests.hud.test_failing_tests import build_pr, history, npu, xpu  # noqa: F401 - fixtures
 
@@ -25,6 +26,23 @@ def test_the_pr_page_counts_new_failures_apart_and_classifies_each_backend(clien
     assert 'data-class="only here"' in html and 'data-class="flaky"' in html
     assert f"/pytorch/pytorch/commit/{BASE}" in html and "the run on the PR&#x27;s base commit" in html
     assert "no baseline" in html
+
+
+def test_the_pr_page_keeps_its_classification_until_a_result_of_the_head_changes(client, pr, history, npu, settings):  # noqa: F811
+    settings.HUD_CACHE_SECONDS = 60
+    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
+
+    # The baseline had t_new failing after all: the head's results are unchanged, so the page still says 4 new ...
+    on_base = TestCase.objects.filter(job__backend=npu, job__job_sha=BASE, test_id=generic_id("t_new"))
+    assert on_base.update(status="failed") == 1
+    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
+    # ... until a result of the head arrives (a job, or a report parsed again), which classifies again.
+    history.pr_job(npu, pr, {"t_ok": "passed"}, name="test-4")
+    assert "3 new failures on npu, 2 already failing" in client.get("/oot/pr/7/").content.decode()
+    # Without the cache every request classifies.
+    settings.HUD_CACHE_SECONDS = 0
+    assert on_base.update(status="passed") == 1
+    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
 
 
 def test_the_backend_page_links_its_failing_tests_view(client, npu):  # noqa: F811
