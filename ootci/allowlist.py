@@ -22,7 +22,7 @@ import yaml
 from django.db import transaction
 
 from ootci.levels import ORDER, Level
-from ootci.models import REPO_PATTERN, Backend, LevelChange
+from ootci.models import REPO_PATTERN, Backend, LevelChange, reserved_org_problem
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 HANDLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
@@ -87,6 +87,9 @@ class _Parser:
         repo = text.strip("/")
         if not REPO_PATTERN.match(repo):
             self.fail(node, f"{where}: {text!r} is not a repository name of the form org/name")
+            return None
+        if problem := reserved_org_problem(repo):
+            self.fail(node, f"{where}: {problem}")
             return None
         return repo
 

@@ -22,6 +22,7 @@ from ootci.models.core import (
     PullRequest,
     default_events,
     lost_cutoff,
+    reserved_org_problem,
     validate_repo,
 )
 from ootci.models.disabled import DisabledTest
@@ -57,5 +58,6 @@ __all__ = [
     "allowlisted_level",
     "default_events",
     "lost_cutoff",
+    "reserved_org_problem",
     "validate_repo",
 ]

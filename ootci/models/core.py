@@ -16,6 +16,21 @@ from ootci import levels
 from ootci.levels import Level
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+# The HUD's own pages sit where a backend's would: /oot/tests/<test id>/ (any path) and /oot/pr/<number>/.
+RESERVED_ORGS = frozenset({"tests", "pr"})
+
+
+def reserved_org_problem(repo: str) -> str:
+    """Why a backend cannot be ``repo`` for its organisation's name ("" when it can)."""
+    org = repo.split("/", 1)[0]
+    if org.lower() not in RESERVED_ORGS:
+        return ""
+    return (
+        f"The HUD's own pages take /oot/{org.lower()}/… (the test search and test pages, the PR pages), so a backend "
+        f"of the organisation “{org}” could not be shown; ask for OOT CI to rename those pages first."
+    )
+
+
 validate_repo = RegexValidator(REPO_PATTERN, "Enter a repository as org/name, e.g. ascend/pytorch-npu.")
 
 
@@ -88,6 +103,8 @@ class Backend(models.Model):
             clash = Backend.objects.filter(repo__iexact=self.repo).exclude(pk=self.pk)
             if clash.exists():
                 errors["repo"] = f"{clash.first().repo} is already in the allowlist (names are compared ignoring case)."
+            elif problem := reserved_org_problem(self.repo):
+                errors["repo"] = problem
         if errors:
             raise ValidationError(errors)
 

@@ -131,6 +131,7 @@ def test_import_matches_existing_backends_ignoring_case(make_backend, tmp_path):
             "line 4: duplicate repo ORG1/REPO1 (L2); already listed on line 2",
         ),
         ("L1:\n  - not-a-repo\n", "line 2: L1[0]: 'not-a-repo' is not a repository name"),
+        ("L2:\n  - Tests/npu\n", "line 2: L2[0]: The HUD's own pages take /oot/tests/…"),
         ("L5:\n  - a/b\n", "line 1: unknown level 'L5'"),
         ("l1:\n  - a/b\n", "unknown level 'l1'"),
         ("L3:\n  - a/b\n", "line 2: L3 must be a mapping of device"),

@@ -24,6 +24,15 @@ def test_it_rejects_a_repo_without_org(db):
     assert "org/name" in str(exc.value)
 
 
+@pytest.mark.parametrize("repo", ["tests/npu", "PR/xpu"])
+def test_it_rejects_an_org_whose_hud_pages_are_the_huds_own(db, repo):
+    with pytest.raises(ValidationError) as exc:
+        Backend(repo=repo, level="L2").full_clean()
+    assert (
+        f"a backend of the organisation “{repo.split('/')[0]}” could not be shown" in exc.value.message_dict["repo"][0]
+    )
+
+
 def test_l3_needs_a_device(db):
     with pytest.raises(ValidationError) as exc:
         Backend(repo="a/b", level="L3").full_clean()
