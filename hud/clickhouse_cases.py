@@ -7,7 +7,8 @@ counts) and follows the same high-water mark (`hud.models.ReplicationCursor`), h
 ordered by (parsed_at, id): the cursor moves only after ClickHouse accepted a batch, so nothing is lost while ClickHouse
 is down, and reports whose parse committed late are read again within `OVERLAP`. Re-sent rows (the overlap, a re-parse,
 a run that stopped after its insert) have the same sorting key and collapse in the ReplacingMergeTree; read the table
-`FINAL`.
+`FINAL`. A re-parse that gives other cases (a parser change) or refuses the report leaves rows the new parse does not
+replace: the report is marked (`TestReport.replaced`) and the next run deletes its older versions (`_drop_replaced`).
 
 Granules of 1,024 rows, each its own compressed block (``STORAGE``): the failing-tests history reads each failing
 test's key range on one backend (about 170 rows in the bench), which with the default 8,192-row granules and 64 KB
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 TABLE = "oot_test_case"
 CURSOR_NAME = TABLE
 REPORTS_PER_READ = 50
+REPLACED_PER_RUN = 500  # re-parsed reports whose earlier copies one run deletes (one statement)
 BATCH_ROWS = 50_000
 
 # The test search (hud.test_history_clickhouse) looks for text inside generic ids: an n-gram bloom filter per 8 granules
@@ -119,6 +121,7 @@ def replicate() -> int:
     try:
         with clickhouse.session():
             ensure_schema()
+            _drop_replaced()
             while reports := _reports_after(after):
                 rows: list[list[Any]] = []
                 for report in reports:
@@ -136,6 +139,26 @@ def replicate() -> int:
         raise
     cursor.finish(reread_from=started - OVERLAP, at=timezone.now())
     return sent
+
+
+def _drop_replaced() -> None:
+    """Delete what the earlier parse of each re-parsed report left behind: its cases that the new parse's do not
+    replace (other test ids, fewer cases) or all of them (a re-parse that refused the report). The new parse's rows
+    are versioned by its own parse time, so only older versions go; a report parsed again meanwhile keeps its mark."""
+    ended = TestReport.objects.filter(replaced=True).exclude(state=TestReport.State.PENDING)
+    reports = list(ended.values_list("pk", "parsed_at")[:REPLACED_PER_RUN])
+    if not reports:
+        return
+    ids, versions = [pk for pk, _ in reports], [_micros(at) for _, at in reports]
+    clickhouse.command(
+        f"DELETE FROM {TABLE} WHERE report_id IN {{ids:Array(UInt64)}} "
+        "AND version < transform(report_id, {ids:Array(UInt64)}, {versions:Array(UInt64)}, toUInt64(0))",
+        {"ids": ids, "versions": versions},
+    )
+    done = Q()
+    for pk, at in reports:
+        done |= Q(pk=pk, parsed_at=at)
+    TestReport.objects.filter(done, replaced=True).update(replaced=False)
 
 
 def _reports_after(after: tuple[datetime, int] | None) -> list[TestReport]:

@@ -324,6 +324,8 @@ def test_reports_reparse(*, report_ids: list[int] | None = None, states: tuple[s
     if states:
         rows = rows.filter(state__in=states)
     ids = list(rows.values_list("pk", flat=True))
+    # A parsed report's cases may have been copied (ClickHouse): the copy drops the earlier parse's once this one ends.
+    TestReport.objects.filter(pk__in=ids, state=TestReport.State.PARSED).update(replaced=True)
     TestReport.objects.filter(pk__in=ids).update(state=TestReport.State.PENDING, reason="")
     for pk in ids:
         transaction.on_commit(lambda pk=pk: async_task("relay.tasks.test_report_parse", pk), robust=True)

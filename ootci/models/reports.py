@@ -5,6 +5,7 @@ Rows are written by trusted tasks only (relay.test_reports): downstream CI sends
 """
 
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from ootci.models.core import JobResult
@@ -50,10 +51,16 @@ class TestReport(models.Model):
     duration = models.FloatField(default=0, help_text="Sum of the cases' times, seconds")
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     parsed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    replaced = models.BooleanField(
+        default=False,
+        help_text="Parsed once and queued to be parsed again: copies of the earlier parse's cases (ClickHouse's) must "
+        "go once this parse ends (hud.clickhouse_cases)",
+    )
 
     class Meta:
         ordering = ["-received_at", "-id"]
         constraints = [models.UniqueConstraint(fields=["job", "digest"], name="testreport_unique_bytes_per_job")]
+        indexes = [models.Index(fields=["id"], condition=Q(replaced=True), name="testreport_replaced")]
 
     def __str__(self) -> str:
         return f"{self.source} report {self.digest[:12]} of job {self.job_id} ({self.state})"

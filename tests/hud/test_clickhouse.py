@@ -377,7 +377,7 @@ def opener(chdb):
 def test_a_hud_request_keeps_the_engine_open_for_the_next_then_lets_another_process_have_it(
     chdb, make_job, client, opener, monkeypatch
 ):
-    monkeypatch.setattr(clickhouse, "CHDB_LINGER", 1.0)
+    monkeypatch.setattr(clickhouse, "CHDB_LINGER", 1.5)
     make_job()
     tasks.clickhouse_replicate()
     assert opener() == "open"  # the replication's unit of work let the directory go
@@ -389,11 +389,11 @@ def test_a_hud_request_keeps_the_engine_open_for_the_next_then_lets_another_proc
     assert client.get("/api/oot/").status_code == 200
     assert clickhouse._lingering.client is kept  # the next request started no engine of its own
 
-    time.sleep(0.7)
+    time.sleep(1.0)
     assert client.get("/oot/").status_code == 200
-    time.sleep(0.6)  # 1.3 s after the first request, 0.6 s after the last
+    time.sleep(0.8)  # over CHDB_LINGER after the first request, 0.8 s after the last
     assert opener() == "held"
-    time.sleep(0.8)
+    time.sleep(1.2)
     assert clickhouse._lingering.client is None
     assert opener() == "open"
 

@@ -132,3 +132,63 @@ def test_a_report_whose_bytes_are_gone_is_passed_over(chdb, parsed, tmp_path, se
 
     assert {r["report_id"] for r in cases()} == {kept.pk}
     assert cursor().last_id == kept.pk
+
+
+def reparse(report: TestReport, data: bytes, tmp_path, capture) -> TestReport:
+    """Parse ``report`` again from ``data`` put in place of its stored bytes (as a parser change would read them)."""
+    (tmp_path / "reports" / report.store_key).write_bytes(data)
+    with capture(execute=True):
+        test_reports.test_reports_reparse(report_ids=[report.pk])
+    report.refresh_from_db()
+    return report
+
+
+def test_a_re_parse_that_gives_other_cases_leaves_no_earlier_case_behind(
+    chdb, parsed, tmp_path, django_capture_on_commit_callbacks
+):
+    report, other = parsed(junit_xml(passed=20, failed=2)), parsed(junit_xml(passed=3, failed=1))
+    tasks.clickhouse_replicate()
+    assert len(cases()) == 26
+
+    report = reparse(report, junit_xml(passed=5, failed=1), tmp_path, django_capture_on_commit_callbacks)
+    assert (report.state, report.cases) == ("parsed", 6)
+    tasks.clickhouse_replicate()  # (the parse's commit ran one already)
+
+    rows = cases()
+    for r in (report, other):
+        kept = list(TestCase.objects.filter(report=r).order_by("id").values_list("test_id", "status"))
+        assert [(c["generic_id"], c["status"]) for c in rows if c["report_id"] == r.pk] == kept
+    assert len(rows) == 6 + 4
+    report.refresh_from_db()
+    assert not report.replaced
+    assert not TestReport.objects.filter(replaced=True).exists()
+
+
+def test_a_re_parse_that_refuses_the_report_removes_its_cases(
+    chdb, parsed, tmp_path, django_capture_on_commit_callbacks
+):
+    report = parsed(junit_xml(passed=4, failed=1))
+    tasks.clickhouse_replicate()
+    assert len(cases()) == 5
+
+    report = reparse(report, b"<testsuite><testcase", tmp_path, django_capture_on_commit_callbacks)
+    assert report.state == "refused" and not TestCase.objects.filter(report=report).exists()
+    tasks.clickhouse_replicate()
+
+    assert cases() == []
+    report.refresh_from_db()
+    assert not report.replaced
+
+
+def test_a_re_parse_still_pending_keeps_its_mark_and_the_cases_until_it_ends(
+    chdb, parsed, tmp_path, django_capture_on_commit_callbacks
+):
+    report = parsed(junit_xml(passed=4, failed=1))
+    tasks.clickhouse_replicate()
+
+    test_reports.test_reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
+    tasks.clickhouse_replicate()
+
+    assert len(cases()) == 5
+    report.refresh_from_db()
+    assert (report.state, report.replaced) == ("pending", True)
