@@ -13,7 +13,7 @@ from django.utils.safestring import mark_safe
 
 from ootci import gates, governance, levels
 from ootci.admin_base import ReadOnlyInline, RecordAdmin
-from ootci.models import Backend, Event, JobResult, LevelChange
+from ootci.models import Backend, DeferredTask, Event, JobResult, LevelChange
 
 admin.site.site_header = "OOT CI administration"
 admin.site.site_title = "OOT CI"
@@ -268,6 +268,15 @@ class JobResultAdmin(admin.ModelAdmin):
     list_select_related = ["backend"]
     raw_id_fields = ["dispatch"]
     date_hierarchy = "created_at"
+
+
+@admin.register(DeferredTask)
+class DeferredTaskAdmin(RecordAdmin):
+    """Tasks waiting for Redis (ootci.broker): queued again by their schedule, not by hand."""
+
+    list_display = ["deferred_at", "func", "queue"]
+    list_filter = ["func"]
+    exclude = ["payload"]
 
 
 from ootci import admin_alerts, admin_disabled, admin_failures, admin_governance  # noqa: E402, F401  (they register their models)

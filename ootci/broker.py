@@ -6,16 +6,29 @@ queue is never mistaken for a dead Redis.
 
 A process that saw a Redis fail leaves it alone for REDIS_REST_SECONDS (``redis_resting``), and so does the rate
 limiter: with Redis hanging, only the first request of a process in that time waits for the timeout, the others go
-on at once (an enqueue fails fast and its work is left to the schedules; the rate limit counts in memory).
+on at once (the rate limit counts in memory).
+
+A task Redis does not take is not lost: it is kept in the database (``DeferredTask``, ``defer``) and the
+``ootci: queue deferred tasks`` schedule queues it again once Redis answers (``deferred_requeue``). An enqueue that
+timed out may still have reached Redis, so such a task can run twice, which every task allows.
 """
 
+import hashlib
+import json
+import logging
 import threading
 import time
 
 import redis
 from django.conf import settings
+from django.db import transaction
 from django_q.brokers import redis_broker
 from django_q.conf import Conf
+from django_q.signing import SignedPackage
+
+from ootci.models import DeferredTask
+
+logger = logging.getLogger(__name__)
 
 # A worker's wait for the next task, in seconds: under the read timeout, so an empty queue is not a timeout.
 DEQUEUE_BLOCK_SECONDS = 0.5
@@ -39,12 +52,12 @@ def redis_failed(url: str) -> None:
 class RedisBroker(redis_broker.Redis):
     def enqueue(self, task):
         if redis_resting(Conf.REDIS):
-            raise redis.ConnectionError(f"Redis failed less than {REDIS_REST_SECONDS:g} s ago; not tried")
+            return defer(self.list_key, task, f"Redis failed less than {REDIS_REST_SECONDS:g} s ago; not tried")
         try:
             return super().enqueue(task)
-        except redis.RedisError:
+        except redis.RedisError as ex:
             redis_failed(Conf.REDIS)
-            raise
+            return defer(self.list_key, task, str(ex))
 
     def dequeue(self):
         task = self.connection.blpop(self.list_key, DEQUEUE_BLOCK_SECONDS)
@@ -63,3 +76,36 @@ class RedisBroker(redis_broker.Redis):
             client = redis.Redis.from_url(Conf.REDIS, socket_timeout=timeout, socket_connect_timeout=timeout)
             _clients[Conf.REDIS] = client
         return client
+
+
+def defer(queue: str, task: str, why: str) -> str:
+    """Keep ``task`` (a signed package bound for ``queue``) in the database; returns its id, as an enqueue does."""
+    package = SignedPackage.loads(task)
+    func = (
+        package["func"]
+        if isinstance(package["func"], str)
+        else f"{package['func'].__module__}.{package['func'].__qualname__}"
+    )
+    call = json.dumps([func, package["args"], package["kwargs"]], default=repr, sort_keys=True)
+    DeferredTask.objects.bulk_create(
+        [DeferredTask(call=hashlib.sha256(call.encode()).hexdigest(), func=func, queue=queue, payload=task)],
+        ignore_conflicts=True,
+    )
+    logger.warning("task %s kept in the database until Redis answers: %s", func, why)
+    return package["id"]
+
+
+def deferred_requeue(*, batch: int = 500) -> int:
+    """Queue every deferred task again, oldest first; returns how many. A Redis failure (RedisError) keeps the rest."""
+    sent = 0
+    while True:
+        with transaction.atomic():
+            rows = list(DeferredTask.objects.select_for_update(skip_locked=True).order_by("id")[:batch])
+            if not rows:
+                return sent
+            pipe = RedisBroker.get_connection().pipeline(transaction=False)
+            for row in rows:
+                pipe.rpush(row.queue, row.payload)
+            pipe.execute()
+            DeferredTask.objects.filter(pk__in=[row.pk for row in rows]).delete()
+        sent += len(rows)

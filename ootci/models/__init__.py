@@ -6,9 +6,11 @@
 - ``governance``: level reviews, gate notices and temporary downgrades.
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 - ``disabled``: the disabled-test registry (DisabledTest), served to each backend's CI.
+- ``broker``: tasks the broker could not take while Redis was down (DeferredTask).
 """
 
 from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
+from ootci.models.broker import DeferredTask
 from ootci.models.core import (
     REPO_PATTERN,
     Backend,
@@ -39,6 +41,7 @@ __all__ = [
     "REPO_PATTERN",
     "Backend",
     "CallbackRejection",
+    "DeferredTask",
     "Delivery",
     "DisabledTest",
     "Dispatch",

@@ -9,14 +9,19 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+import redis
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_q.brokers import get_broker
 from django_q.conf import Conf
+from django_q.models import Schedule
 from django_q.signing import SignedPackage
+from django_q.tasks import async_task
 
-from ootci.models import Dispatch, JobResult
+from ootci import tasks as ootci_tasks
+from ootci.models import DeferredTask, Dispatch, JobResult
 from relay import tasks
+from tests.schedules import schedules_installed
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,3 +134,58 @@ def test_callbacks_are_applied_and_answered_quickly_while_redis_fails(own_redis,
     assert max(took for _, took in answers) < ANSWER_BOUND
     job = JobResult.objects.get()
     assert (job.status, job.conclusion) == ("completed", "failure")
+
+
+def queued() -> list[tuple[str, tuple]]:
+    """The tasks in Redis, taken off it: (function, arguments) each."""
+    broker, found = get_broker(), []
+    while task := broker.dequeue():
+        package = SignedPackage.loads(task[0][1])
+        found.append((package["func"], package["args"]))
+    return found
+
+
+def test_a_callback_whose_follow_up_redis_did_not_take_has_it_queued_once_redis_is_back(own_redis, downstream):
+    ci = downstream(level="L2")
+    dispatch = ci.dispatch()
+    own_redis.stop()
+
+    for name in ("pull_request.in_progress", "pull_request.completed.failure"):
+        assert ci.post(ci.body(name, dispatch)).status_code == 200
+    job = JobResult.objects.get()
+
+    assert list(DeferredTask.objects.values_list("func", flat=True)) == ["relay.tasks.job_completed"]
+    with pytest.raises(redis.RedisError):  # still down: nothing is lost
+        ootci_tasks.deferred_tasks_requeue()
+    assert DeferredTask.objects.count() == 1
+
+    own_redis.start()
+    assert ootci_tasks.deferred_tasks_requeue() == 1
+    assert queued() == [("relay.tasks.job_completed", (job.pk,))]
+    assert not DeferredTask.objects.exists()
+    assert ootci_tasks.deferred_tasks_requeue() == 0
+
+
+def test_the_same_call_deferred_again_is_kept_once(own_redis, admin_client):
+    own_redis.stop()
+    for _ in range(3):  # a schedule coming due every minute of the outage
+        async_task("ootci.tasks.readiness_review")
+    async_task("relay.tasks.check_run_sync", 7)
+    async_task("relay.tasks.check_run_sync", 8)
+    assert DeferredTask.objects.count() == 3
+    listed = admin_client.get("/admin/ootci/deferredtask/").content.decode()
+    assert listed.count("relay.tasks.check_run_sync") >= 2 and "3 deferred tasks" in listed
+
+    own_redis.start()
+    assert ootci_tasks.deferred_tasks_requeue() == 3
+    assert sorted(queued()) == [
+        ("ootci.tasks.readiness_review", ()),
+        ("relay.tasks.check_run_sync", (7,)),
+        ("relay.tasks.check_run_sync", (8,)),
+    ]
+
+
+def test_deferred_tasks_are_queued_every_minute(db):
+    schedules_installed()
+    found = Schedule.objects.get(func="ootci.tasks.deferred_tasks_requeue")
+    assert (found.schedule_type, found.minutes) == (Schedule.MINUTES, 1)
