@@ -11,8 +11,8 @@ class ReplicationCursor(models.Model):
 
     Rows are copied in (updated_at, id) order; `last_updated_at`/`last_id` is the last row ClickHouse
     accepted. `reread_from` is where the next run must start at the latest: a row whose transaction committed
-    after a run had read past its updated_at is picked up there (see hud.clickhouse.replicate). It only moves
-    forward when a run reaches the end of the table, so an interrupted run never skips such a row.
+    after a run had read past its updated_at is picked up there (see hud.stores.clickhouse.connection.replicate). It
+    only moves forward when a run reaches the end of the table, so an interrupted run never skips such a row.
     """
 
     name = models.CharField(max_length=50, unique=True)

@@ -1,6 +1,9 @@
 """django-q2 tasks of the HUD: thin, argument-free or id-taking, and safe to run twice."""
 
-from hud import clickhouse, clickhouse_cases, clickhouse_replication, params, queries
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases, copy_jobs
+from hud.web import params
 
 
 def clickhouse_replicate() -> int:
@@ -12,7 +15,7 @@ def clickhouse_replicate() -> int:
     """
     if not clickhouse.is_configured():
         return 0
-    return clickhouse_replication.replicate() + clickhouse_cases.replicate()
+    return copy_jobs.replicate() + copy_cases.replicate()
 
 
 def figures_refresh() -> None:

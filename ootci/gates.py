@@ -9,7 +9,7 @@ level's gates over the last ``PROMOTION_DAYS`` and for keeping its level against
 
 Every gate is "value strictly under the limit", compared on exact integers or unrounded figures (a rate as
 ``100 × part < limit × whole``), so a fixture at a threshold's edge lands on the side this module says. The figures
-come from the HUD's stores (``settings.READINESS_FIGURES``, ``hud.queries.readiness_figures``): ootci does not
+come from the HUD's stores (``settings.READINESS_FIGURES``, ``hud.figures.queries.readiness_figures``): ootci does not
 import the read side, and this module is pure (figures and a level in, a verdict out).
 """
 

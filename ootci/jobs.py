@@ -34,7 +34,7 @@ MAX_TRIES = 5
 FAILED_TESTS_CAP = 1000  # failed-test entries kept per job
 FAILED_TEST_TEXT_CAP = 1000  # characters kept per entry
 RECORDED = "SELECT * FROM ootci_jobresult WHERE " + " AND ".join(f"{name} = %s" for name in JobResult.ATTEMPT_FIELDS)
-# The fields a parsed test report sets on its job (relay.test_reports), over what the completed callback stated.
+# The fields a parsed test report sets on its job (relay.reports.pull), over what the completed callback stated.
 REPORT_COUNTS = frozenset({"passed", "failed", "skipped", "failed_tests"})
 
 

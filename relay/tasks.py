@@ -2,19 +2,11 @@
 
 import logging
 
-from relay import (
-    alerts,
-    callbacks,
-    check_runs,
-    intake,
-    job_logs,
-    journal,
-    notify,
-    outbox,
-    reruns,
-    sweeper,
-    test_reports,
-)
+from relay.alerts import incidents, notify
+from relay.endpoints import intake, job_reports
+from relay.github import check_runs, outbox, reruns
+from relay.reliability import journal, sweeper
+from relay.reports import logs, pull
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +61,7 @@ def jobs_sweep() -> dict[str, int]:
 
 def job_completed(job_id: int) -> str:
     """Enqueued on commit by a callback that completed a job: its reports, its log, the alert rules."""
-    return callbacks.job_completed_follow_up(job_id=job_id)
+    return job_reports.job_completed_follow_up(job_id=job_id)
 
 
 # --- check runs and re-runs --------------------------------------------------------------------
@@ -81,12 +73,12 @@ def check_run_sync(job_id: int, attempt: int = 1) -> str:
 
 
 def pull_request_check_runs_backfill(delivery_pk: int) -> int:
-    """The effect of a labeled delivery (relay.intake.EFFECT_TASKS)."""
+    """The effect of a labeled delivery (relay.endpoints.intake.EFFECT_TASKS)."""
     return check_runs.pull_request_check_runs_backfill(delivery_pk=delivery_pk)
 
 
 def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = None) -> dict[str, int]:
-    """The effect of a re-run request (relay.intake.EFFECT_TASKS); retries schedule it again."""
+    """The effect of a re-run request (relay.endpoints.intake.EFFECT_TASKS); retries schedule it again."""
     return reruns.rerun_request_handle(delivery_pk=delivery_pk, attempt=attempt, only=only)
 
 
@@ -95,17 +87,17 @@ def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = 
 
 def job_reports_pull(job_id: int, attempt: int = 1) -> dict[str, int]:
     """Enqueued on commit by a completed callback of a GitHub Actions job; retries schedule it again."""
-    return test_reports.job_reports_pull(job_id=job_id, attempt=attempt)
+    return pull.job_reports_pull(job_id=job_id, attempt=attempt)
 
 
 def test_report_parse(report_id: int) -> str:
     """Enqueued on commit when a report's raw bytes are stored (pulled, uploaded or marked for re-parse)."""
-    return test_reports.test_report_parse(report_id=report_id)
+    return pull.test_report_parse(report_id=report_id)
 
 
 def test_reports_clean() -> int:
     """Scheduled daily (relay/migrations/0005_test_reports_clean_schedule.py)."""
-    return test_reports.test_reports_clean()
+    return pull.test_reports_clean()
 
 
 # --- failed jobs' logs -------------------------------------------------------------------------------------------
@@ -113,12 +105,12 @@ def test_reports_clean() -> int:
 
 def job_log_classify(job_id: int) -> str:
     """Enqueued on commit by a callback that completed a job as failed, by an uploaded log and by reclassify."""
-    return job_logs.job_log_classify(job_id=job_id)
+    return logs.job_log_classify(job_id=job_id)
 
 
 def job_logs_clean() -> int:
     """Scheduled daily (relay/migrations/0007_job_logs_clean_schedule.py)."""
-    return job_logs.job_logs_clean()
+    return logs.job_logs_clean()
 
 
 # --- on-call alerts and notifications ----------------------------------------------------------
@@ -126,7 +118,7 @@ def job_logs_clean() -> int:
 
 def alerts_periodic() -> dict:
     """Scheduled every minute (relay/migrations/0006_alerts_schedule.py): relay health and readiness gates."""
-    return alerts.periodic_evaluate()
+    return incidents.periodic_evaluate()
 
 
 def notification_send(notification_id: int, attempt: int = 1) -> str:

@@ -1,12 +1,12 @@
 from django.urls import path
 
-from relay import api, job_log_api, report_api, views
+from relay.endpoints import callback, log_upload, report_upload, webhook
 
 app_name = "relay"
 urlpatterns = [
-    path("github/webhook", views.webhook, name="webhook"),
-    path("github/callback", api.CallbackApi.as_view(), name="callback"),
-    path("github/test-report", report_api.TestReportApi.as_view(), name="test-report"),
-    path("github/job-log", job_log_api.JobLogApi.as_view(), name="job-log"),
-    path("api/crcr/results", api.IngestApi.as_view(), name="crcr-results"),
+    path("github/webhook", webhook.webhook, name="webhook"),
+    path("github/callback", callback.CallbackApi.as_view(), name="callback"),
+    path("github/test-report", report_upload.TestReportApi.as_view(), name="test-report"),
+    path("github/job-log", log_upload.JobLogApi.as_view(), name="job-log"),
+    path("api/crcr/results", callback.IngestApi.as_view(), name="crcr-results"),
 ]

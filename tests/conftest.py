@@ -2,7 +2,7 @@ import uuid
 
 import pytest
 
-from hud import clickhouse
+from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
 
@@ -52,7 +52,7 @@ def downstream(live_server, oidc_issuer, make_backend):
 @pytest.fixture
 def failure_rules(db):
     """The default failure rules. ``migrate`` installs them, but a transactional test's flush empties the table."""
-    from ootci.failures import DEFAULT_RULES, rules_import
+    from ootci.failures.rules import DEFAULT_RULES, rules_import
     from ootci.models import FailureRule
 
     if not FailureRule.objects.exists():

@@ -21,7 +21,7 @@ os.environ.setdefault("Q_SYNC", "true")
 # Every HUD test sees the figures of its own data, never a cached copy from another test.
 os.environ.setdefault("HUD_CACHE_SECONDS", "0")
 
-from ootci.settings import *  # noqa: E402, F403
+from config.settings import *  # noqa: E402, F403
 
 # django-q logs a line per enqueued task; benchmarks enqueue thousands.
 LOGGING["loggers"] = {"django-q": {"level": "WARNING"}}  # noqa: F405

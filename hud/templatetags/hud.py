@@ -8,7 +8,7 @@ from django.http import QueryDict
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from hud import charts
+from hud.web import charts
 
 register = template.Library()
 
@@ -134,7 +134,7 @@ def query(context, **changes) -> str:
 def hud_settings() -> dict:
     from django.conf import settings
 
-    from hud.queries import EVENTS
+    from hud.figures.queries import EVENTS
     from ootci import gates
 
     return {

@@ -1,4 +1,4 @@
-"""A trigram index for the test search (``hud.test_history_db``: ``test_id__icontains``), on PostgreSQL only.
+"""A trigram index for the test search (``hud.stores.db.history``: ``test_id__icontains``), on PostgreSQL only.
 
 Django's ``icontains`` is ``UPPER(test_id::text) LIKE UPPER('%…%')``; a GIN index of ``pg_trgm`` trigrams over that
 expression answers it without reading every case. SQLite (``make run``) has neither, and needs neither, so the index is

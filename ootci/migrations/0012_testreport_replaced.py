@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
             name="replaced",
             field=models.BooleanField(
                 default=False,
-                help_text="Parsed once and queued to be parsed again: copies of the earlier parse's cases (ClickHouse's) must go once this parse ends (hud.clickhouse_cases)",
+                help_text="Parsed once and queued to be parsed again: copies of the earlier parse's cases (ClickHouse's) must go once this parse ends (hud.stores.clickhouse.copy_cases)",
             ),
         ),
         migrations.AddIndex(

@@ -1,6 +1,6 @@
 """On-call alerting: the rules (edited in the admin), the incidents they open and resolve, the channels each backend
 opts into, and one notification row per incident and channel (what was sent, how often it was tried, why it failed).
-The rules are evaluated and the notifications sent by ``relay.alerts`` and ``relay.notify``."""
+The rules are evaluated and the notifications sent by ``relay.alerts.incidents`` and ``relay.alerts.notify``."""
 
 from django.db import models
 from django.db.models import Q

@@ -240,7 +240,7 @@ class Dispatch(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     # Set while a pending dispatch waits out a GitHub outage or rate limit: the stale-dispatch schedule tries it
-    # again from then on (relay.outbox), until DISPATCH_RETRY_WINDOW_HOURS after it was created.
+    # again from then on (relay.github.outbox), until DISPATCH_RETRY_WINDOW_HOURS after it was created.
     retry_at = models.DateTimeField(null=True, blank=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -307,7 +307,8 @@ class JobResult(models.Model):
     one_shot = models.BooleanField(default=False, help_text="Completed without an in_progress report")
     relay_decided = models.BooleanField(default=False, help_text="Concluded by the relay (e.g. timed out)")
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.CALLBACK)
-    # The classifier's verdict (ootci.failures.failure_verdict, written by relay.job_logs); blank until classified.
+    # The classifier's verdict (ootci.failures.rules.failure_verdict, written by relay.reports.logs); blank until
+    # classified.
     failure_class = models.CharField(max_length=10, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
@@ -332,7 +333,7 @@ class JobResult(models.Model):
             When(~Q(status="completed"), then=Value(Outcome.RUNNING.value)),
             When(conclusion="success", then=Value(Outcome.SUCCESS.value)),
             When(conclusion__in=["skipped", "neutral"], then=Value(Outcome.SKIPPED.value)),
-            # A classified failure (ootci.failures: relay facts, failed step, log rule, test report) decides.
+            # A classified failure (ootci.failures.rules: relay facts, failed step, log rule, test report) decides.
             When(failure_class__in=["test", "build", "lint"], then=Value(Outcome.TEST.value)),
             When(failure_class="infra", then=Value(Outcome.INFRA.value)),
             When(Q(conclusion="failure") & (Q(failed__gt=0) | ~Q(failed_tests=[])), then=Value(Outcome.TEST.value)),

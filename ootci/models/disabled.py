@@ -1,5 +1,5 @@
 """The disabled-test registry: per backend, the upstream tests its CI skips, served to that CI in the format of
-PyTorch's ``DISABLED_TESTS_FILE`` (``ootci.disabled_tests``) and edited in the admin.
+PyTorch's ``DISABLED_TESTS_FILE`` (``ootci.disabled.registry``) and edited in the admin.
 
 A test is named one of two ways, kept as written in ``name``:
 

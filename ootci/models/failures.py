@@ -4,8 +4,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from ootci.failures.regex import regex_problem
 from ootci.models.core import Backend, JobResult
-from ootci.rule_regex import regex_problem
 
 
 class FailureClass(models.TextChoices):
@@ -50,10 +50,10 @@ class FailureRule(models.Model):
 
 
 class JobFailure(models.Model):
-    """The classification of one failed job attempt (written by relay.job_logs, read by the HUD).
+    """The classification of one failed job attempt (written by relay.reports.logs, read by the HUD).
 
-    ``failure_class`` and ``source`` are the verdict of ``ootci.failures.failure_verdict``; the same class is copied
-    to ``JobResult.failure_class``, which the job's generated ``outcome`` reads.
+    ``failure_class`` and ``source`` are the verdict of ``ootci.failures.rules.failure_verdict``; the same class is
+    copied to ``JobResult.failure_class``, which the job's generated ``outcome`` reads.
     """
 
     class Source(models.TextChoices):

@@ -1,7 +1,7 @@
 """Per-test results: the raw test reports of a job attempt (pulled from its GitHub Actions artifact or uploaded)
 and every case parsed from them.
 
-Rows are written by trusted tasks only (relay.test_reports): downstream CI sends bytes, never rows.
+Rows are written by trusted tasks only (relay.reports.pull): downstream CI sends bytes, never rows.
 """
 
 from django.db import models
@@ -54,7 +54,7 @@ class TestReport(models.Model):
     replaced = models.BooleanField(
         default=False,
         help_text="Parsed once and queued to be parsed again: copies of the earlier parse's cases (ClickHouse's) must "
-        "go once this parse ends (hud.clickhouse_cases)",
+        "go once this parse ends (hud.stores.clickhouse.copy_cases)",
     )
 
     class Meta:
@@ -97,7 +97,7 @@ class TestCase(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job", "status"], name="testcase_job_status"),
-            # Covering: a test's history (hud.failing_tests_db, hud.test_history_db) is read from the index alone.
+            # Covering: a test's history (hud.stores.db.failing, hud.stores.db.history) is read from the index alone.
             models.Index(fields=["test_id"], include=["job", "status", "report", "id"], name="testcase_test_history"),
         ]
 

@@ -1,4 +1,4 @@
-"""Schedule the replay of requests journaled while PostgreSQL was down (relay.journal)."""
+"""Schedule the replay of requests journaled while PostgreSQL was down (relay.reliability.journal)."""
 
 from django.db import migrations
 

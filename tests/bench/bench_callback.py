@@ -52,7 +52,7 @@ SEED = """
 import json
 from django.utils import timezone
 from ootci.models import Backend, Delivery, Dispatch
-from relay.tokens import callback_token_issue
+from relay.endpoints.tokens import callback_token_issue
 out = []
 for i in range({repos}):
     backend = Backend.objects.create(repo=f"bench-{run}-{{i}}/pytorch-npu", level="L2")
@@ -91,7 +91,7 @@ def test_callback_throughput_and_latency(issuer, database):
     jobs = _jobs(issuer, targets, range(JOBS_PER_REPO))
     port = _free_port()
     server = subprocess.Popen(
-        [GUNICORN, "ootci.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket", *QUIET, *_worker_args()],
+        [GUNICORN, "config.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket", *QUIET, *_worker_args()],
         cwd=ROOT,
         env=env,
     )
@@ -241,7 +241,7 @@ def _environment(database: str, issuer: FakeOidcIssuer) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     return {
         **keep,
-        "DJANGO_SETTINGS_MODULE": "ootci.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DJANGO_DEBUG": "false",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",

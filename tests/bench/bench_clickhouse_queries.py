@@ -21,7 +21,9 @@ import pytest
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud import clickhouse, clickhouse_replication, queries
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 from ootci.models import JobResult
 from tests.bench.bench_hud import add_dispatches
 from tests.bench.data import seed_job_results
@@ -78,13 +80,13 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
 
     settings.CLICKHOUSE_URL = url
     began = time.perf_counter()
-    sent = clickhouse_replication.replicate()
+    sent = copy_jobs.replicate()
     took = time.perf_counter() - began
     assert sent == seeded.job_results
     print(f"replication: {sent:,} rows in {took:.1f} s = {sent / took:,.0f} rows/s")
     parts = clickhouse.select(f"SELECT count() AS n FROM system.parts WHERE table = '{clickhouse.TABLE}' AND active")
     began = time.perf_counter()
-    clickhouse_replication.optimize()
+    copy_jobs.optimize()
     print(f"OPTIMIZE FINAL: {parts[0]['n']} parts merged in {time.perf_counter() - began:.1f} s")
 
     now = timezone.now()

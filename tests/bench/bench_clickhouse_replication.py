@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from hud import clickhouse, clickhouse_replication
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 from ootci.models import JobResult
 from tests.bench.data import seed_job_results
 
@@ -28,7 +29,7 @@ def test_replication_throughput(settings, tmp_path):
     print(f"\nseeded {seeded.job_results:,} job results in PostgreSQL in {time.perf_counter() - began:.1f} s")
 
     began = time.perf_counter()
-    sent = clickhouse_replication.replicate(batch_size=clickhouse_replication.BATCH_SIZE)
+    sent = copy_jobs.replicate(batch_size=copy_jobs.BATCH_SIZE)
     full = time.perf_counter() - began
     assert sent == ROWS
     print(f"backfill:    {sent:,} rows in {full:.1f} s = {sent / full:,.0f} rows/s")
@@ -55,7 +56,7 @@ def test_replication_throughput(settings, tmp_path):
             [BURST - updated],
         )
     began = time.perf_counter()
-    sent = clickhouse_replication.replicate()
+    sent = copy_jobs.replicate()
     incremental = time.perf_counter() - began
     assert sent >= BURST
     print(

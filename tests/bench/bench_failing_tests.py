@@ -25,7 +25,9 @@ import pytest
 from django.db import connection
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud import clickhouse, clickhouse_cases, clickhouse_replication, queries
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases, copy_jobs
 from ootci.models import Backend, TestCase
 from tests.bench.data import BACKENDS, median_ms
 
@@ -139,9 +141,9 @@ def seed_clickhouse_cases() -> int:
             FROM ootci_jobresult j JOIN ootci_backend b ON b.id = j.backend_id
             JOIN ootci_testreport r ON r.job_id = j.id""")
         jobs = db.fetchall()
-    clickhouse_replication.replicate()  # the job results too: the PR page reads them from ClickHouse
+    copy_jobs.replicate()  # the job results too: the PR page reads them from ClickHouse
     with clickhouse.session():
-        clickhouse_cases.ensure_schema()
+        copy_cases.ensure_schema()
         clickhouse.command("DROP TABLE IF EXISTS bench_jobs")
         clickhouse.command("""CREATE TABLE bench_jobs (job_id UInt64, backend_id UInt64, backend_repo String,
             event_type String, pr_number Nullable(UInt32), job_sha String, job_name String, report_id UInt64,
@@ -151,7 +153,7 @@ def seed_clickhouse_cases() -> int:
             [list(j) for j in jobs], column_names=[*names, "report_id", "reported_at", "shard"], table="bench_jobs"
         )
         clickhouse.command(f"""
-            INSERT INTO {clickhouse_cases.TABLE} ({", ".join(clickhouse_cases.COLUMNS)})
+            INSERT INTO {copy_cases.TABLE} ({", ".join(copy_cases.COLUMNS)})
             SELECT 'test_ops.py::TestOps::test_' || toString(k), backend_id, reported_at, report_id, c, backend_repo,
                    job_id, event_type, pr_number, job_sha, 'ci', job_name, 'test_ops.py', 'test_ops.TestOps',
                    'test_' || toString(k), status, 0.1, reruns,
@@ -162,11 +164,11 @@ def seed_clickhouse_cases() -> int:
                       FROM bench_jobs CROSS JOIN (SELECT toUInt64(number) AS c FROM numbers({PER_JOB})) AS n)
             )""")
         clickhouse.command("DROP TABLE bench_jobs")
-        return clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE}")[0]["n"]
+        return clickhouse.select(f"SELECT count() AS n FROM {copy_cases.TABLE}")[0]["n"]
 
 
 def parts() -> int:
-    sql = f"SELECT count() AS n FROM system.parts WHERE table = '{clickhouse_cases.TABLE}' AND active"
+    sql = f"SELECT count() AS n FROM system.parts WHERE table = '{copy_cases.TABLE}' AND active"
     with clickhouse.session():
         return clickhouse.select(sql)[0]["n"]
 
@@ -223,7 +225,7 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
     measure(client, settings, pages, url, f"ClickHouse as inserted: {parts()} parts")
     began = time.perf_counter()
     with clickhouse.session():
-        clickhouse.command(f"OPTIMIZE TABLE {clickhouse_cases.TABLE} FINAL")
+        clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
     print(f"OPTIMIZE FINAL in {time.perf_counter() - began:.1f} s")
     measure(client, settings, pages, url, f"ClickHouse merged: {parts()} part")
     settings.HUD_CACHE_SECONDS = 180

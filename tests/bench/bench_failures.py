@@ -4,8 +4,8 @@ job's line on the HUD after its callback.
 Run: .venv/bin/pytest -s -p no:xdist tests/bench/bench_failures.py   (prints figures)
 
 1. Classify: a generated 50 MB GitHub Actions log (timestamped build and test noise, a few ANSI-coloured lines, the
-   cause near the end) streamed from a file through relay.classify.log_classify with the 44 default rules plus 56
-   generated backend-specific ones. Time of the best of 3 runs; peak Python memory of one more run under
+   cause near the end) streamed from a file through relay.reports.classify.log_classify with the 44 default rules plus
+   56 generated backend-specific ones. Time of the best of 3 runs; peak Python memory of one more run under
    tracemalloc (timed apart: tracing slows allocation). Goals <= 2 s and <= 100 MB.
 2. Agreement: every log of the corpus (tests/relay/failure_logs) against the default rules; the share whose rule
    and class are the ones its header expects. Goal >= 95 %.
@@ -23,8 +23,8 @@ import pytest
 import requests
 
 from ootci.models import JobResult
-from relay.classify import Rule, log_classify
-from relay.job_logs import rules_for
+from relay.reports.classify import Rule, log_classify
+from relay.reports.logs import rules_for
 from tests.relay.conftest import app_key, completed_failure, failing_run, fake_github  # noqa: F401
 from tests.relay.test_classify import CORPUS, corpus_log
 

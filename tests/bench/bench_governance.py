@@ -1,8 +1,8 @@
 """Governance and on-call benchmarks (print figures):
 
 - readiness of 100 backends recomputed on 1,000,000 job results in PostgreSQL (goal ≤ 5 s): the one statement of
-  ``hud.readiness.figures`` (both windows' latest attempts, gates and end-to-end medians) plus the lost dispatches
-  and the verdicts;
+  ``hud.readiness.figures.figures`` (both windows' latest attempts, gates and end-to-end medians) plus the lost
+  dispatches and the verdicts;
 - first notification after the triggering callback: a failing L4 job's callback to the live server until its PR
   comment is at the fake GitHub, p95 over ``BENCH_NOTIFY`` callbacks (goal ≤ 60 s). Tasks run inline after the
   callback's commit (Q_SYNC, as an idle worker would pick them at once), so the figure is the work, not queueing.
@@ -19,8 +19,8 @@ from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud import readiness
-from hud.store_db import DatabaseStore
+from hud.readiness import figures as readiness
+from hud.stores.db.jobs import DatabaseStore
 from ootci import governance
 from ootci.models import AlertRule, Backend, NotificationChannel
 from tests.bench.data import seed_job_results

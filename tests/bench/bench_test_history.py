@@ -11,7 +11,7 @@ message, 2.5 % are skipped. ClickHouse gets CH_CASES cases (CH_CASES / TESTS rep
 (with their TestReport and JobResult rows) by ``INSERT … SELECT FROM generate_series``, its trigram index (migration
 ootci 0009) kept up as rows arrive.
 
-Prints for each store the median of RUNS runs after a warm-up of ``hud.queries`` (the figures: ClickHouse inside
+Prints for each store the median of RUNS runs after a warm-up of ``hud.figures.queries`` (the figures: ClickHouse inside
 one open session) and of the whole request through the test client (template rendering included; on chdb a request
 finds the engine the one before it kept open, ``clickhouse.CHDB_LINGER``, except "first after a pause", which starts
 it again). Target: under 300 ms (printed, not asserted: the machine is shared).
@@ -27,7 +27,9 @@ from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud import clickhouse, clickhouse_cases, queries
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases
 from ootci.models import Backend, JobResult, TestReport
 from tests.bench.data import BACKENDS, median_ms
 
@@ -112,7 +114,7 @@ FROM (SELECT id, job_id, row_number() OVER (ORDER BY id) - 1 AS r FROM ootci_tes
 def seed_clickhouse(backends: list[Backend], now) -> float:
     reports = CH_CASES // TESTS
     sql = CH_INSERT.format(
-        table=clickhouse_cases.TABLE,
+        table=copy_cases.TABLE,
         reports=reports,
         step_us=DAYS * 86400 * 10**6 // reports,
         tests=TESTS,
@@ -121,12 +123,12 @@ def seed_clickhouse(backends: list[Backend], now) -> float:
     )
     began = time.perf_counter()
     with clickhouse.session():
-        clickhouse_cases.ensure_schema()
+        copy_cases.ensure_schema()
         clickhouse.command(sql, {"now": now, "ids": [b.pk for b in backends], "repos": [b.repo for b in backends]})
         inserted = time.perf_counter() - began
-        clickhouse.command(f"OPTIMIZE TABLE {clickhouse_cases.TABLE} FINAL")
+        clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
         clickhouse.remove_leftover_parts()
-        count = clickhouse.rows(f"SELECT count() FROM {clickhouse_cases.TABLE}")[0][0]
+        count = clickhouse.rows(f"SELECT count() FROM {copy_cases.TABLE}")[0][0]
     print(f"\nClickHouse: {count:,} cases inserted in {inserted:.1f} s, merged in {time.perf_counter() - began:.1f} s")
     return count
 

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/pytest -s -p no:xdist tests/bench/bench_test_reports.py   (prints figures)
 
-1. Parse rate: a 100,000-case pytest-style JUnit file (1 % failing, some reruns) through ootci.junit on one
+1. Parse rate: a 100,000-case pytest-style JUnit file (1 % failing, some reruns) through ootci.reports.junit on one
    process, as a zip and as plain XML. Goal >= 50,000 cases/s per worker.
 2. Visible: the completed callback of a GitHub Actions job, its 10,000-case artifact pulled from the fake GitHub
    (302 and zip over real HTTP), stored, parsed (tasks inline, as an idle worker runs them at once) and the job
@@ -20,10 +20,12 @@ import pytest
 import requests
 from django.db import connection
 
-from hud import clickhouse, clickhouse_cases, tasks
-from ootci import junit
+from hud import tasks
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases
 from ootci.models import JobResult, TestCase
-from relay import test_reports
+from ootci.reports import junit
+from relay.reports import pull
 from tests.hud import builders
 from tests.relay.conftest import app_key, fake_github  # noqa: F401
 from tests.relay.reports import zipped
@@ -92,8 +94,8 @@ def test_storage_per_million_cases_in_postgresql_and_clickhouse(make_backend, se
     report = big_report(10_000)
     for n in range(100):
         job = builders.job(backend, name="test", conclusion="failure", finished=builders.ago(minutes=n))
-        received = test_reports.spooled(io.BytesIO(report), limit=10**8)
-        test_reports.report_store(job=job, received=received, source="upload")  # parsed on commit (Q_SYNC)
+        received = pull.spooled(io.BytesIO(report), limit=10**8)
+        pull.report_store(job=job, received=received, source="upload")  # parsed on commit (Q_SYNC)
     assert TestCase.objects.count() == 100 * 350  # 1 % failing (with reruns) and 2.5 % skipped of 10,000
 
     settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
@@ -101,11 +103,11 @@ def test_storage_per_million_cases_in_postgresql_and_clickhouse(make_backend, se
     tasks.clickhouse_replicate()
     took = time.perf_counter() - start
     with clickhouse.session():
-        clickhouse.command(f"OPTIMIZE TABLE {clickhouse_cases.TABLE} FINAL")
+        clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
         [(rows, compressed, raw)] = clickhouse.rows(
             "SELECT sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes) FROM system.parts"
             " WHERE database = currentDatabase() AND table = {t:String} AND active",
-            {"t": clickhouse_cases.TABLE},
+            {"t": copy_cases.TABLE},
         )
     assert rows == 1_000_000
     print(f"\nClickHouse copy: {rows:,} cases in {took:.1f} s ({rows / took:,.0f} cases/s, re-parse included)")

@@ -23,7 +23,7 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 
 from ootci.models import Backend, Dispatch
-from relay import github
+from relay.github import client as github
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
 

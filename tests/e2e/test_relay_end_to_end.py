@@ -29,7 +29,7 @@ from django_q.conf import Conf
 from django_q.models import Task
 
 from ootci.models import Dispatch, JobResult
-from relay import github
+from relay.github import client as github
 from tests.fakes.github import FakeGitHub, app_key_generate
 from tests.fakes.oidc import reporter_body
 from tests.relay.conftest import APP_ID, fixture_json, sign

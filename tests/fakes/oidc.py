@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.utils import timezone
 
 from ootci.models import Delivery, Dispatch, PullRequest
-from relay.tokens import callback_token_issue
+from relay.endpoints.tokens import callback_token_issue
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 JWKS_PATH = "/.well-known/jwks"

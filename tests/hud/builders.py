@@ -66,13 +66,13 @@ def report_with(job: JobResult, cases: dict[str, str | tuple], *, at=None) -> Te
     ``cases``, ``"module.Class::name": status`` or ``(status, reruns, message)``, with status passed, failed, error,
     skipped, xfail or xpass. The bytes go to the intermediate store (TEST_REPORTS_URL) and are parsed by the relay's
     own parser, so PostgreSQL's and ClickHouse's copies (replicated from those bytes) hold the same cases."""
-    from relay import test_reports
+    from relay.reports import pull
 
     rows = [_junit_case(key, *(spec if isinstance(spec, tuple) else (spec,))) for key, spec in cases.items()]
     body = f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{"".join(rows)}</testsuite></testsuites>'
-    received = test_reports.spooled(io.BytesIO(body.encode()), limit=10**8)
-    report, _ = test_reports.report_store(job=job, received=received, source="upload")
-    assert test_reports.test_report_parse(report_id=report.pk) == "parsed", report.reason
+    received = pull.spooled(io.BytesIO(body.encode()), limit=10**8)
+    report, _ = pull.report_store(job=job, received=received, source="upload")
+    assert pull.test_report_parse(report_id=report.pk) == "parsed", report.reason
     TestReport.objects.filter(pk=report.pk).update(received_at=at or timezone.now())
     report.refresh_from_db()
     return report

@@ -9,7 +9,7 @@ import io
 from datetime import timedelta
 
 from ootci.models import Delivery, JobResult, TestReport
-from relay import test_reports
+from relay.reports import pull
 from tests.hud import builders
 
 BASE = "b" * 40
@@ -43,8 +43,8 @@ class History:
 
     def report(self, job: JobResult, statuses: dict[str, str]) -> TestReport:
         with self.capture(execute=True):
-            received = test_reports.spooled(io.BytesIO(junit(statuses)), limit=10**8)
-            report, _ = test_reports.report_store(job=job, received=received, source="upload")
+            received = pull.spooled(io.BytesIO(junit(statuses)), limit=10**8)
+            report, _ = pull.report_store(job=job, received=received, source="upload")
         report.refresh_from_db()
         assert report.state == "parsed", report.reason
         return report

@@ -7,7 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from hud import clickhouse, clickhouse_replication
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 from ootci.models import JobResult
 
 
@@ -78,7 +79,7 @@ def test_backfill_resumes_where_an_interrupted_run_stopped(chdb, old_jobs):
         raise KeyboardInterrupt  # the operator's Ctrl-C, after the first batch was accepted
 
     with pytest.raises(KeyboardInterrupt):
-        clickhouse_replication.replicate(batch_size=2, on_batch=interrupt)
+        copy_jobs.replicate(batch_size=2, on_batch=interrupt)
     assert ids() == [old_jobs[0].pk, old_jobs[1].pk]
 
     out, err = backfill("--batch-size", "2")

@@ -3,8 +3,8 @@
 import re
 from datetime import date
 
-from hud import charts
-from hud.queries import BackendInfo, DayRate, MetricsSeries
+from hud.figures.queries import BackendInfo, DayRate, MetricsSeries
+from hud.web import charts
 
 
 def series(backend_id: int, repo: str, level: str) -> MetricsSeries:

@@ -14,13 +14,16 @@ from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import Schedule
 
-from hud import clickhouse, clickhouse_replication, queries, tasks
+from hud import tasks
+from hud.figures import queries
 from hud.models import ReplicationCursor
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 from ootci import replication
 from ootci.models import JobResult
 from tests.schedules import schedules_installed
 
-FIELDS = [c for c in clickhouse_replication.COLUMNS if not c.startswith("backend_") or c == "backend_id"]
+FIELDS = [c for c in copy_jobs.COLUMNS if not c.startswith("backend_") or c == "backend_id"]
 
 
 @pytest.fixture
@@ -73,7 +76,7 @@ def as_row(job: JobResult) -> dict:
 
 
 def cursor() -> ReplicationCursor:
-    return ReplicationCursor.objects.get(name=clickhouse_replication.CURSOR_NAME)
+    return ReplicationCursor.objects.get(name=copy_jobs.CURSOR_NAME)
 
 
 def age(*jobs: JobResult, by: timedelta) -> None:
@@ -108,7 +111,7 @@ def test_it_copies_every_row_with_every_value(chdb, make_job):
     expected = [as_row(full), as_row(bare)]
     for row, want in zip(rows, expected, strict=True):
         assert {k: row[k] for k in want} == want
-        assert row["version"] == clickhouse_replication._micros(want["updated_at"])
+        assert row["version"] == copy_jobs._micros(want["updated_at"])
         assert row["is_deleted"] == 0
     assert rows[1]["finished_at"] == expected[1]["created_at"]  # neither started nor completed
     assert cursor().last_id == bare.pk
@@ -199,7 +202,7 @@ def test_pruning_a_deleted_newest_attempt_makes_the_one_before_latest(chdb, make
     tasks.clickhouse_replicate()
 
     second.delete()
-    assert clickhouse_replication.prune_deleted() == 1
+    assert copy_jobs.prune_deleted() == 1
 
     assert newer_finished(first) == [None]
 
@@ -208,17 +211,17 @@ def insert_as_a_run_does(ch) -> None:
     """Every JobResult, inserted as replicate() inserts a batch, before it computes newer_finished_at."""
     ch.insert(
         clickhouse.TABLE,
-        clickhouse_replication._read_batch(after=None, limit=100),
-        column_names=clickhouse_replication.INSERT_COLUMNS,
+        copy_jobs._read_batch(after=None, limit=100),
+        column_names=copy_jobs.INSERT_COLUMNS,
     )
 
 
 def test_rows_a_stopped_run_left_without_their_value_get_it_from_the_next_run(chdb, make_job):
     first, second = attempts(make_job, 2)
-    clickhouse_replication.ensure_schema()
+    copy_jobs.ensure_schema()
     with clickhouse.client() as ch:
         insert_as_a_run_does(ch)
-    clickhouse_replication.reset_cursor()  # the run did not advance
+    copy_jobs.reset_cursor()  # the run did not advance
 
     tasks.clickhouse_replicate()
 
@@ -266,11 +269,11 @@ def test_a_run_returns_at_once_while_another_holds_the_lock(chdb, make_job):
     other = connection.copy()
     try:
         with other.cursor() as db:
-            db.execute("SELECT pg_advisory_lock(%s)", [clickhouse_replication._LOCK_KEY])
+            db.execute("SELECT pg_advisory_lock(%s)", [copy_jobs._LOCK_KEY])
         assert tasks.clickhouse_replicate() == 0
         assert not ReplicationCursor.objects.filter(last_id__gt=0).exists()
         with other.cursor() as db:  # before closing: the server may release a closed session's locks a little later
-            db.execute("SELECT pg_advisory_unlock(%s)", [clickhouse_replication._LOCK_KEY])
+            db.execute("SELECT pg_advisory_unlock(%s)", [copy_jobs._LOCK_KEY])
     finally:
         other.close()
     assert tasks.clickhouse_replicate() == 1

@@ -5,10 +5,12 @@ import io
 
 import pytest
 
-from hud import clickhouse, clickhouse_cases, tasks
+from hud import tasks
 from hud.models import ReplicationCursor
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases
 from ootci.models import TestCase, TestReport
-from relay import test_reports
+from relay.reports import pull
 from tests.hud import builders
 from tests.relay.reports import junit_xml
 
@@ -37,8 +39,8 @@ def parsed(npu, django_capture_on_commit_callbacks):
     def parse(data: bytes) -> TestReport:
         job = builders.job(npu, name=f"test-{next(counter)}", conclusion="failure")
         with django_capture_on_commit_callbacks(execute=True):
-            received = test_reports.spooled(io.BytesIO(data), limit=10**8)
-            report, _ = test_reports.report_store(job=job, received=received, source="upload")
+            received = pull.spooled(io.BytesIO(data), limit=10**8)
+            report, _ = pull.report_store(job=job, received=received, source="upload")
         report.refresh_from_db()
         assert report.state == "parsed", report.reason
         return report
@@ -47,11 +49,11 @@ def parsed(npu, django_capture_on_commit_callbacks):
 
 
 def cases() -> list[dict]:
-    return clickhouse.select(f"SELECT * FROM {clickhouse_cases.TABLE} FINAL ORDER BY report_id, ordinal")
+    return clickhouse.select(f"SELECT * FROM {copy_cases.TABLE} FINAL ORDER BY report_id, ordinal")
 
 
 def cursor() -> ReplicationCursor:
-    return ReplicationCursor.objects.get(name=clickhouse_cases.CURSOR_NAME)
+    return ReplicationCursor.objects.get(name=copy_cases.CURSOR_NAME)
 
 
 def test_every_case_is_copied_passed_ones_too(chdb, npu, parsed):
@@ -78,7 +80,7 @@ def test_cases_can_be_looked_up_per_test_across_reports(chdb, parsed):
     tasks.clickhouse_replicate()
 
     history = clickhouse.select(
-        f"SELECT report_id, status FROM {clickhouse_cases.TABLE} FINAL WHERE generic_id = %(id)s ORDER BY reported_at",
+        f"SELECT report_id, status FROM {copy_cases.TABLE} FINAL WHERE generic_id = %(id)s ORDER BY reported_at",
         {"id": MUL0},
     )
     assert history == [{"report_id": first.pk, "status": "failed"}, {"report_id": second.pk, "status": "failed"}]
@@ -111,14 +113,14 @@ def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks
     tasks.clickhouse_replicate()  # the overlap reads the report again
 
     with django_capture_on_commit_callbacks(execute=True):
-        test_reports.test_reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
+        pull.test_reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
     tasks.clickhouse_replicate()
 
     assert cursor().rows_copied >= 3 * 22  # every case sent at least three times
     rows = cases()
     assert len(rows) == 22
     report.refresh_from_db()
-    assert {r["version"] for r in rows} == {clickhouse_cases._micros(report.parsed_at)}
+    assert {r["version"] for r in rows} == {copy_cases._micros(report.parsed_at)}
 
 
 def test_a_report_whose_bytes_are_gone_is_passed_over(chdb, parsed, tmp_path, settings):
@@ -138,7 +140,7 @@ def reparse(report: TestReport, data: bytes, tmp_path, capture) -> TestReport:
     """Parse ``report`` again from ``data`` put in place of its stored bytes (as a parser change would read them)."""
     (tmp_path / "reports" / report.store_key).write_bytes(data)
     with capture(execute=True):
-        test_reports.test_reports_reparse(report_ids=[report.pk])
+        pull.test_reports_reparse(report_ids=[report.pk])
     report.refresh_from_db()
     return report
 
@@ -186,7 +188,7 @@ def test_a_re_parse_still_pending_keeps_its_mark_and_the_cases_until_it_ends(
     report = parsed(junit_xml(passed=4, failed=1))
     tasks.clickhouse_replicate()
 
-    test_reports.test_reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
+    pull.test_reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
     tasks.clickhouse_replicate()
 
     assert len(cases()) == 5

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from hud import clickhouse_replication, queries
+from hud.figures import queries
+from hud.stores.clickhouse import copy_jobs
 from tests.hud import scenario
 from tests.hud.builders import job
 
@@ -66,7 +67,7 @@ def test_a_chdb_directory_that_cannot_be_opened_falls_back_too(client, settings,
 def test_pages_read_clickhouse_when_it_answers(client, settings, chdb_url):
     s = scenario.build()
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     job(s.backend, name="late", event_type="pull_request", pr_number=101, head_sha=scenario.A)  # not copied yet
 
     pages = {url: client.get(url) for url in PAGES}
@@ -76,7 +77,7 @@ def test_pages_read_clickhouse_when_it_answers(client, settings, chdb_url):
         assert "Analytics store unavailable" not in response.content.decode(), url
     stats = client.get("/api/oot/acme/npu/").json()["stats"]["counts"]
     assert (stats["successes"], stats["total"]) == (2, 6)  # ClickHouse's figures: the late job is not there yet
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     stats = client.get("/api/oot/acme/npu/").json()["stats"]["counts"]
     assert (stats["successes"], stats["total"]) == (3, 7)
 
@@ -84,7 +85,7 @@ def test_pages_read_clickhouse_when_it_answers(client, settings, chdb_url):
 def test_the_chdb_directory_is_free_after_a_page(client, settings, chdb_url, tmp_path):
     scenario.build()
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
 
     assert client.get("/oot/").status_code == 200
 
@@ -109,7 +110,7 @@ def test_after_a_failure_the_database_answers_for_a_while_and_nothing_is_cached_
     settings.HUD_CACHE_SECONDS = 60
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     job(s.backend, name="late", event_type="pull_request", pr_number=101, head_sha=scenario.A)  # PostgreSQL only
     settings.CLICKHOUSE_URL = unreachable
 

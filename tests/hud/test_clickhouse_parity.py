@@ -1,7 +1,7 @@
 """The ClickHouse store (chdb) against the database store: the same data gives the same figures, query by query.
 
 Each test fills PostgreSQL, replicates to an embedded ClickHouse under tmp_path and computes every HUD figure
-twice through ``hud.queries``, once per store, with the same ``now``.
+twice through ``hud.figures.queries``, once per store, with the same ``now``.
 """
 
 from datetime import timedelta
@@ -10,7 +10,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from hud import clickhouse, clickhouse_replication, queries
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 from ootci.models import JobResult, PullRequest
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request
@@ -93,7 +95,7 @@ def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, 
     again = dispatch(s.backend, sha="9" * 40, at=ago(hours=7), pr=pr105)  # lost: its row moves up to its time
     gone = job(xpu, name="flaky", conclusion="failure", dispatch_=d)
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     # Rows that change after a copy exist in ClickHouse in two versions until a merge: reads must see the newest.
     running = JobResult.objects.get(backend=s.backend, job_name="run")
     running.status, running.conclusion, running.completed_at = "completed", "failure", ago(minutes=5)
@@ -102,9 +104,9 @@ def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, 
     late_sha.head_sha = pr.head_sha
     late_sha.save()
     job(s.backend, name="test", dispatch_=s.test_failure.dispatch, run_id="78", run_attempt=2, queue_time=30)
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     gone.delete()
-    assert clickhouse_replication.prune_deleted() == 1
+    assert copy_jobs.prune_deleted() == 1
     assert clickhouse.select(f"SELECT count() AS n FROM {clickhouse.TABLE}")[0]["n"] > JobResult.objects.count() + 1
 
     found = assert_same_figures(
@@ -129,7 +131,7 @@ def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, 
 def test_the_demo_data_has_the_same_figures_in_both_stores(settings, chdb_url):
     call_command("seed_demo", stdout=None)
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     backends = queries.backends()
     prs = list(PullRequest.objects.order_by("number").values_list("number", flat=True))
     jobs = list(JobResult.objects.order_by("id").values_list("id", flat=True))
@@ -155,7 +157,7 @@ def test_windows_start_at_the_microsecond_in_both_stores(settings, chdb_url, mak
     for n, offset in enumerate((-1, 0, 1)):  # a microsecond before, at, and after the window's start
         job(backend, name=f"j{n}", event_type="push", finished=edge + timedelta(microseconds=offset))
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
 
     for url in ("", chdb_url):
         settings.CLICKHOUSE_URL = url
@@ -172,7 +174,7 @@ def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb
     job(backend, name="open", conclusion="", event_type="push", head_sha="7" * 40, queue_time=None)  # NULLs too
     job(backend, name="open", event_type="push", head_sha="7" * 40, queue_time=5, finished=ago(hours=3))
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
 
     assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id], pr_numbers=[], job_ids=[])
 
@@ -198,7 +200,7 @@ def test_readiness_at_each_gates_edge_is_the_same_in_both_stores(settings, chdb_
     settings.CLICKHOUSE_URL = ""
     from_database = queries.readiness(now=now)
     settings.CLICKHOUSE_URL = chdb_url
-    clickhouse_replication.replicate()
+    copy_jobs.replicate()
     with queries.unit_of_work():
         from_clickhouse = queries.readiness(now=now)
         assert queries.fallback_reason() == ""

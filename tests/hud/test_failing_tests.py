@@ -1,12 +1,12 @@
 """Failing tests classified on hand-built histories: new, already failing, only here, flaky (rerun within one job;
 attempts that disagree), the flakiness score, since when, and each baseline rule (base commit, before the push,
-the previous run, none) — read through hud.queries, as the pages and API do."""
+the previous run, none) — read through hud.figures.queries, as the pages and API do."""
 
 from datetime import timedelta
 
 import pytest
 
-from hud import queries
+from hud.figures import queries
 from tests.hud import builders
 from tests.hud.failing_history import BASE, HEAD, History, generic_id, pushed
 

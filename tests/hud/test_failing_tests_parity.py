@@ -3,8 +3,11 @@ hand-built history gives the same classes, baselines, scores and order; with Cli
 
 import pytest
 
-from hud import clickhouse, clickhouse_cases, queries, tasks
-from hud.failing_tests_clickhouse import ClickHouseCases
+from hud import tasks
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases
+from hud.stores.clickhouse.failing import ClickHouseCases
 from tests.hud.failing_history import BASE, generic_id
 from tests.hud.test_clickhouse_fallback import no_outage_left_over, unreachable  # noqa: F401 - fixtures
 from tests.hud.test_failing_tests import build_pr, history, npu, xpu  # noqa: F401 - fixtures
@@ -40,8 +43,8 @@ def test_both_stores_classify_the_same_history_the_same_way(settings, tmp_path, 
 
     with queries.unit_of_work():
         assert queries.source() == "clickhouse"
-        copies = clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE}")[0]["n"]
-        distinct = clickhouse.select(f"SELECT count() AS n FROM {clickhouse_cases.TABLE} FINAL")[0]["n"]
+        copies = clickhouse.select(f"SELECT count() AS n FROM {copy_cases.TABLE}")[0]["n"]
+        distinct = clickhouse.select(f"SELECT count() AS n FROM {copy_cases.TABLE} FINAL")[0]["n"]
         assert copies > distinct  # duplicates are there to collapse
         npu_id = queries.backend("acme/npu").id
         assert len(ClickHouseCases().history(tests={npu_id: [generic_id("t_s")]}, limit=20)) == 5

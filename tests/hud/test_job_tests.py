@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from relay import test_reports
+from relay.reports import pull
 from tests.hud import builders
 from tests.relay.reports import junit_xml
 
@@ -16,8 +16,8 @@ LONG = "x = 1\n" * 40
 
 def report_of(job, data: bytes, capture) -> None:
     with capture(execute=True):
-        received = test_reports.spooled(io.BytesIO(data), limit=10**8)
-        test_reports.report_store(job=job, received=received, source="upload")
+        received = pull.spooled(io.BytesIO(data), limit=10**8)
+        pull.report_store(job=job, received=received, source="upload")
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@ from datetime import timedelta
 
 import pytest
 
-from hud import pages, queries
-from hud.queries import BackendStats, Counts
+from hud.figures import pages, queries
+from hud.figures.queries import BackendStats, Counts
 from ootci.models import Dispatch
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from hud import queries
+from hud.figures import queries
 from ootci.models import GateNotice
 from tests.hud.builders import ago, dispatch, job
 

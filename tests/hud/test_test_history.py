@@ -5,7 +5,7 @@ from urllib.parse import quote
 
 import pytest
 
-from hud import queries
+from hud.figures import queries
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 from tests.hud.histories import ADD, ADDMM, LAYER, S

@@ -1,11 +1,14 @@
 """The per-test history on ClickHouse (chdb) against the database: the same reports give the same search pages and
 test pages. The cases reach ClickHouse as in production: parsed again from the stored report bytes by the
-replication (``hud.clickhouse_cases``)."""
+replication (``hud.stores.clickhouse.copy_cases``)."""
 
 import pytest
 from django.utils import timezone
 
-from hud import clickhouse, clickhouse_cases, queries, tasks
+from hud import tasks
+from hud.figures import queries
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_cases
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 
@@ -59,7 +62,7 @@ def test_the_hand_built_histories_read_the_same_from_both_stores(settings, make_
 
 def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tmp_path):
     """Re-sent and re-parsed copies of a case collapse (FINAL): counts match PostgreSQL's single row."""
-    from relay import test_reports
+    from relay.reports import pull
 
     settings.TEST_REPORTS_URL = tmp_path.as_uri()
     url = f"chdb://{tmp_path / 'clickhouse'}"
@@ -67,8 +70,8 @@ def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tm
     report = report_with(job(npu, name="t"), {"test_x.TestX::test_once": "failed"})
     settings.CLICKHOUSE_URL = url
     tasks.clickhouse_replicate()
-    test_reports.test_reports_reparse(report_ids=[report.pk])
-    test_reports.test_report_parse(report_id=report.pk)
+    pull.test_reports_reparse(report_ids=[report.pk])
+    pull.test_report_parse(report_id=report.pk)
     tasks.clickhouse_replicate()
 
     from_database, from_clickhouse = both_stores(
@@ -93,12 +96,12 @@ def test_the_test_pages_answer_from_the_database_when_clickhouse_is_down(client,
 
 def test_a_table_made_before_the_search_index_gets_it(settings, tmp_path):
     settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
-    older = clickhouse_cases.SCHEMA.replace(f",\n        {clickhouse_cases.SEARCH_INDEX}", "")
-    assert older != clickhouse_cases.SCHEMA
+    older = copy_cases.SCHEMA.replace(f",\n        {copy_cases.SEARCH_INDEX}", "")
+    assert older != copy_cases.SCHEMA
     with clickhouse.session():
         clickhouse.command(older)
-        clickhouse_cases.ensure_schema()
-        clickhouse_cases.ensure_schema()  # and again: nothing to add
+        copy_cases.ensure_schema()
+        copy_cases.ensure_schema()  # and again: nothing to add
         found = clickhouse.rows("SELECT name FROM system.data_skipping_indices WHERE table = 'oot_test_case'")
 
-    assert found == [(clickhouse_cases.SEARCH_INDEX_NAME,)]
+    assert found == [(copy_cases.SEARCH_INDEX_NAME,)]

@@ -190,10 +190,10 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         # the allowlist; the readiness statement, its lost dispatches; the gate notices
         ("/oot/acme/npu/readiness/", 4),
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
-        # the cells; the PR titles; the failed cells' failure lines (hud.failures, one query however many)
+        # the cells; the PR titles; the failed cells' failure lines (hud.failing.lines, one query however many)
         ("/oot/acme/npu/", 9),
         # + the first failing tests of its failing jobs, + their failure lines; + its head's jobs and their failing
-        # cases (hud.failing_tests, which looks for baselines only when a test fails)
+        # cases (hud.failing.classes, which looks for baselines only when a test fails)
         ("/oot/pr/101/", 8),
         ("/oot/acme/npu/jobs/{job}/", 6),  # + its test reports, + its failure line
         ("/oot/failures/", 2),

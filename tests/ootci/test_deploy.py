@@ -12,7 +12,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 def test_check_deploy_on_production_settings_reports_nothing():
     env = {name: value for name, value in os.environ.items() if not name.startswith(("DJANGO_", "Q_"))}
     env.update(
-        DJANGO_SETTINGS_MODULE="ootci.settings",
+        DJANGO_SETTINGS_MODULE="config.settings",
         DJANGO_DEBUG="false",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
         DJANGO_ALLOWED_HOSTS="oot-ci.example.org",

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ootci import disabled_suggestions as suggest
+from ootci.disabled import suggestions as suggest
 from ootci.models import DisabledTest, TestCase, TestReport
 from tests.hud import builders
 

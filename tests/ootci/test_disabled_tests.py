@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from ootci import disabled_tests
+from ootci.disabled import registry
 from ootci.models import DisabledTest
 from ootci.models.disabled import Kind, name_parse
 
@@ -39,7 +39,7 @@ def run(*args, stdin: str | None = None) -> str:
 
 
 def listed(backend) -> dict:
-    return json.loads(disabled_tests.export_json(backend_id=backend.pk))
+    return json.loads(registry.export_json(backend_id=backend.pk))
 
 
 def test_it_tells_pytorch_names_from_generic_ids():
@@ -161,11 +161,11 @@ def test_the_file_of_one_backend_leaves_the_others_alone(npu, make_backend, tmp_
 
 
 def test_a_long_import_reports_progress_in_batches(npu, tmp_path):
-    big = {f"test_{i:05d} (__main__.TestBig)": ["", []] for i in range(disabled_tests.BATCH + 10)}
+    big = {f"test_{i:05d} (__main__.TestBig)": ["", []] for i in range(registry.BATCH + 10)}
     err = io.StringIO()
 
     call_command("import_disabled_tests", "acme/npu", write(tmp_path, big), stdout=io.StringIO(), stderr=err)
 
     total = len(big)
-    assert err.getvalue().splitlines() == [f"applied {disabled_tests.BATCH}/{total}", f"applied {total}/{total}"]
+    assert err.getvalue().splitlines() == [f"applied {registry.BATCH}/{total}", f"applied {total}/{total}"]
     assert DisabledTest.objects.count() == len(big)

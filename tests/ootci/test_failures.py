@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from ootci.failures import (
+from ootci.failures.rules import (
     DEFAULT_RULES,
     RulesFileError,
     Verdict,

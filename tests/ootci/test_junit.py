@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from ootci import junit
+from ootci.reports import junit
 from tests.relay.reports import junit_xml, tar_gz, zipped
 
 BILLION_LAUGHS = b"""<?xml version="1.0"?>

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.scheduler import scheduler
 
-from relay import github
+from relay.github import client as github
 from tests.fakes.github import AppKey, FakeGitHub, app_key_generate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"

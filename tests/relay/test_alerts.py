@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel
-from relay import alerts, notify
+from relay.alerts import incidents, notify
 from tests.hud.builders import ago, dispatch, job
 
 UPSTREAM = "pytorch/pytorch"
@@ -26,7 +26,7 @@ def run_now(django_capture_on_commit_callbacks):
 
     def run(j: JobResult) -> str:
         with django_capture_on_commit_callbacks(execute=True):
-            return alerts.job_alerts_evaluate(job_id=j.pk)
+            return incidents.job_alerts_evaluate(job_id=j.pk)
 
     return run
 
@@ -176,7 +176,7 @@ def test_100_concurrent_completions_make_one_comment(l4, fake_github):
         go.wait()
         try:
             for j in chunk:
-                alerts.job_alerts_evaluate(job_id=j.pk)  # Q_SYNC: the sends run inline after each commit
+                incidents.job_alerts_evaluate(job_id=j.pk)  # Q_SYNC: the sends run inline after each commit
         finally:
             connection.close()
 
@@ -294,16 +294,20 @@ def test_relay_health_fires_above_the_rate_and_resolves_after_three_good_checks(
     for i in range(4):
         dispatch(backend, sha=f"{i:040d}", at=now - timedelta(minutes=5), status="failed" if i == 0 else "sent")
 
-    assert alerts.relay_evaluate(now=now) == "opened"  # 1 of 4 = 25 % > 20 %
+    assert incidents.relay_evaluate(now=now) == "opened"  # 1 of 4 = 25 % > 20 %
     later = now + timedelta(minutes=11)  # those dispatches left the window
-    assert [alerts.relay_evaluate(now=later + timedelta(minutes=i)) for i in range(3)] == ["green", "green", "resolved"]
+    assert [incidents.relay_evaluate(now=later + timedelta(minutes=i)) for i in range(3)] == [
+        "green",
+        "green",
+        "resolved",
+    ]
 
 
 @pytest.mark.django_db
 def test_a_readiness_gate_newly_failing_opens_an_incident(l4):
     job(l4, name="t", conclusion="timed_out", event_type="pull_request", pr_number=1, head_sha="1" * 40)
 
-    assert alerts.gates_evaluate(now=timezone.now()) == {"opened": 1}
+    assert incidents.gates_evaluate(now=timezone.now()) == {"opened": 1}
     assert "timeout_rate" in Incident.objects.get().what
 
 

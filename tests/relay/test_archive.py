@@ -8,7 +8,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from ootci.models import Delivery, Dispatch
-from relay import archive
+from relay.reliability import archive
 from tests.relay.conftest import fixture_bytes
 
 pytestmark = pytest.mark.django_db(transaction=True)

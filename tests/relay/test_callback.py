@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from ootci.models import CallbackRejection, JobResult
-from relay.tokens import callback_token_issue
+from relay.endpoints.tokens import callback_token_issue
 from tests.fakes.oidc import HEAD, NIGHTLY_SHA, reporter_body
 
 

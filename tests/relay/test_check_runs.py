@@ -16,7 +16,9 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from ootci.models import JobResult, PullRequest
-from relay import check_runs, sweeper, tasks
+from relay import tasks
+from relay.github import check_runs
+from relay.reliability import sweeper
 from tests.fakes.github import Reply
 from tests.fakes.oidc import HEAD
 from tests.relay.conftest import fixture_json, run_due_retries

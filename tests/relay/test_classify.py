@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.classify import LINE_CAP, Rule, log_classify, required_literals, signature
-from relay.job_logs import rules_for
+from relay.reports.classify import LINE_CAP, Rule, log_classify, required_literals, signature
+from relay.reports.logs import rules_for
 
 LOGS = Path(__file__).parent / "failure_logs"
 EXPECT = re.compile(r"^# expect rule='(?P<rule>[^']+)' class=(?P<cls>\w+)")

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from ootci.models import Delivery, Dispatch
 from relay import tasks
-from relay.tokens import callback_token_matches
+from relay.endpoints.tokens import callback_token_matches
 from tests.fakes.github import Reply
 from tests.relay.conftest import UPSTREAM, fixture_json
 

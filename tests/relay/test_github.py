@@ -1,8 +1,8 @@
-"""relay.github against the fake GitHub: App authentication and how GitHub's answers are classified."""
+"""relay.github.client against the fake GitHub: App authentication and how GitHub's answers are classified."""
 
 import pytest
 
-from relay import github
+from relay.github import client as github
 from tests.fakes.github import Reply, app_key_generate
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from ootci.models import JobFailure, JobResult
-from relay import job_logs
+from relay.reports import logs
 from tests.relay.conftest import completed_failure
 
 
@@ -66,7 +66,7 @@ def test_classifying_twice_keeps_one_verdict(downstream, failing_run):
     completed_failure(ci)
     job = JobResult.objects.get()
 
-    job_logs.job_log_classify(job_id=job.pk)
+    logs.job_log_classify(job_id=job.pk)
 
     assert JobFailure.objects.filter(job=job).count() == 1
 
@@ -80,8 +80,8 @@ def test_logs_past_retention_are_deleted_and_the_verdict_stays(downstream, faili
     assert stored.is_file()
     settings.JOB_LOG_RETENTION_DAYS = 30
 
-    assert job_logs.job_logs_clean() == 0
-    assert job_logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
+    assert logs.job_logs_clean() == 0
+    assert logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
 
     assert not stored.exists()
     failure.refresh_from_db()
@@ -97,7 +97,7 @@ def test_the_log_clean_up_leaves_the_test_reports_alone(downstream, failing_run,
     report.write_bytes(b"<testsuite/>")
     settings.JOB_LOG_RETENTION_DAYS = 30
 
-    assert job_logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
+    assert logs.job_logs_clean(now=timezone.now() + timedelta(days=31)) == 1
 
     assert report.is_file()
 

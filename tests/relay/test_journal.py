@@ -16,7 +16,8 @@ from django.db import connections
 from django.utils import timezone
 
 from ootci.models import Backend, CallbackRejection, Delivery, Dispatch, JobResult
-from relay import journal, tasks
+from relay import tasks
+from relay.reliability import journal
 from tests.fakes.oidc import Downstream
 from tests.relay.conftest import fixture_bytes, sign
 from tests.servers import PostgresCluster

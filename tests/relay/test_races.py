@@ -14,7 +14,8 @@ from django.utils import timezone
 from django_q.models import Task
 
 from ootci.models import Delivery, Dispatch, JobResult
-from relay import intake, tasks
+from relay import tasks
+from relay.endpoints import intake
 from tests.fakes.oidc import HEAD
 from tests.relay.conftest import fixture_json
 

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from ootci.models import CallbackRejection, JobResult
-from relay import ratelimit
+from relay.endpoints import ratelimit
 from tests.fakes.oidc import reporter_body
 
 DATABASE_CACHE = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "ootci_cache"}}
@@ -68,7 +68,7 @@ def test_it_does_not_fail_open_when_its_store_is_down(settings, key, minute, cap
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     failures = ratelimit.store_failures()
 
-    with caplog.at_level(logging.ERROR, logger="relay.ratelimit"):
+    with caplog.at_level(logging.ERROR, logger="relay.endpoints.ratelimit"):
         decisions = [ratelimit.rate_limit_hit(key=key, limit=2, now=minute + 5) for _ in range(3)]
 
     assert [d.allowed for d in decisions] == [True, True, False]

@@ -8,7 +8,8 @@ from django.utils.module_loading import import_string
 from django_q.models import Schedule
 
 from ootci.models import Delivery, Dispatch, JobResult
-from relay import sweeper, tasks
+from relay import tasks
+from relay.reliability import sweeper
 from tests.fakes.oidc import reporter_body
 from tests.schedules import schedules_installed
 

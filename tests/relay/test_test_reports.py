@@ -9,7 +9,8 @@ import requests
 from django.core.management import call_command
 
 from ootci.models import JobResult, TestCase, TestReport
-from relay import archive, test_reports
+from relay.reliability import archive
+from relay.reports import pull
 from tests.ootci.test_junit import BILLION_LAUGHS
 from tests.relay.reports import junit_xml, zipped
 from tests.relay.test_archive import s3  # noqa: F401 - the moto S3 server fixture
@@ -142,7 +143,7 @@ def test_a_completed_callback_pulls_the_named_artifact_through_the_302_without_o
     assert len(storage) == 1 and storage[0].status == 200 and "authorization" not in storage[0].headers
     assert not fake_github.requests_to("GET", r"/repos/.*/actions/runs/\d+/artifacts")  # no listing needed
     # The pull runs twice safely: nothing new.
-    assert test_reports.job_reports_pull(job_id=job.pk) == {"pulled": 0}
+    assert pull.job_reports_pull(job_id=job.pk) == {"pulled": 0}
 
 
 def test_without_an_artifact_url_the_runs_matching_artifacts_are_pulled(downstream, store, fake_github):
@@ -199,8 +200,8 @@ def test_raw_reports_past_retention_are_deleted_and_parsed_rows_stay(downstream,
     job = completed(ci, artifact_url="")
     upload(ci, job, junit_xml())
     settings.TEST_REPORTS_RETENTION_DAYS = 30
-    assert test_reports.test_reports_clean() == 0
-    assert test_reports.test_reports_clean(now=timezone.now() + timedelta(days=31)) == 1
+    assert pull.test_reports_clean() == 0
+    assert pull.test_reports_clean(now=timezone.now() + timedelta(days=31)) == 1
     assert not any(p.is_file() for p in store.rglob("*"))
     assert TestCase.objects.count() == 4  # junit_xml(): three passes, one failure
 

@@ -11,7 +11,8 @@ import time
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from hud import clickhouse, clickhouse_replication
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 
 
 class Progress:
@@ -42,7 +43,7 @@ class Command(BaseCommand):
     help = "Copy job results to ClickHouse from the replication cursor (resumable), with progress on stderr."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--batch-size", type=int, default=clickhouse_replication.BATCH_SIZE, help="Rows per insert")
+        parser.add_argument("--batch-size", type=int, default=copy_jobs.BATCH_SIZE, help="Rows per insert")
         parser.add_argument("--restart", action="store_true", help="Start again from the first row")
 
     def handle(self, *args, batch_size: int, restart: bool, **options) -> None:
@@ -54,13 +55,13 @@ class Command(BaseCommand):
             if restart:
                 if clickhouse.drop_if_outdated():
                     self.stderr.write(f"Dropped {clickhouse.TABLE}, created by an older version; creating it again.")
-                clickhouse_replication.reset_cursor()
-            progress = Progress(self.stderr, total=clickhouse_replication.pending_rows())
+                copy_jobs.reset_cursor()
+            progress = Progress(self.stderr, total=copy_jobs.pending_rows())
             start = "from the first row" if restart else "from the replication cursor"
             self.stderr.write(f"Copying {progress.total:,} job results to ClickHouse, {start}")
-            sent = clickhouse_replication.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
-            pruned = clickhouse_replication.prune_deleted()
-            clickhouse_replication.optimize()
+            sent = copy_jobs.replicate(batch_size=batch_size, wait=True, on_batch=progress.add)
+            pruned = copy_jobs.prune_deleted()
+            copy_jobs.optimize()
         except ImproperlyConfigured as ex:
             raise CommandError(str(ex)) from ex
         except clickhouse.ClickHouseError as ex:

@@ -5,7 +5,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from hud import clickhouse, clickhouse_replication
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse import copy_jobs
 
 
 class Command(BaseCommand):
@@ -15,7 +16,7 @@ class Command(BaseCommand):
         if not clickhouse.is_configured():
             raise CommandError("CLICKHOUSE_URL is not set: nothing to create.")
         try:
-            clickhouse_replication.ensure_schema()
+            copy_jobs.ensure_schema()
         except (clickhouse.ClickHouseError, ImproperlyConfigured) as ex:
             raise CommandError(str(ex)) from ex
         where = settings.CLICKHOUSE_URL.rpartition("@")[2]

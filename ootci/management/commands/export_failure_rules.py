@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from ootci.failures import rules_export
+from ootci.failures.rules import rules_export
 
 
 class Command(BaseCommand):

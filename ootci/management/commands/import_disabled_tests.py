@@ -3,7 +3,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ootci import disabled_tests
+from ootci.disabled import registry
 from ootci.models import Backend
 
 
@@ -29,11 +29,11 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"{backend} is not a backend in the allowlist")
         try:
-            entries = disabled_tests.parse(self.read(path, options))
-        except disabled_tests.DisabledFileError as exc:
+            entries = registry.parse(self.read(path, options))
+        except registry.DisabledFileError as exc:
             problems = "\n  ".join(exc.problems)
             raise CommandError(f"{path} is not a valid disabled-tests file; nothing changed:\n  {problems}") from None
-        plan = disabled_tests.plan(found, entries, keep_others=keep_others)
+        plan = registry.plan(found, entries, keep_others=keep_others)
         if plan.lines:
             self.stdout.write("\n".join(plan.lines))
         if plan.empty:
@@ -42,7 +42,7 @@ class Command(BaseCommand):
         if dry_run:
             self.stdout.write(f"Dry run for {found.repo}: {plan.summary}. Nothing was written.")
             return
-        disabled_tests.apply(
+        registry.apply(
             plan, actor="import_disabled_tests", reason=reason or f"imported from {path}", progress=self.progress
         )
         self.stdout.write(self.style.SUCCESS(f"Applied to {found.repo}: {plan.summary}."))
@@ -59,5 +59,5 @@ class Command(BaseCommand):
 
     def progress(self, done: int, total: int) -> None:
         """On stderr, so the diff on stdout stays clean; only for runs of more than one batch."""
-        if total > disabled_tests.BATCH:
+        if total > registry.BATCH:
             self.stderr.write(f"applied {done}/{total}")

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ootci.failures import DEFAULT_RULES, RulesFileError, rules_import
+from ootci.failures.rules import DEFAULT_RULES, RulesFileError, rules_import
 
 
 class Command(BaseCommand):

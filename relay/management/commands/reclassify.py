@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from ootci.models import JobResult
-from relay import job_logs
+from relay.reports import logs
 
 
 class Command(BaseCommand):
@@ -21,12 +21,12 @@ class Command(BaseCommand):
             raise SystemExit(2)
         since = timezone.now() - timedelta(days=days)
         ids = list(
-            JobResult.objects.filter(finished_at__gte=since, conclusion__in=job_logs.FAILED_CONCLUSIONS)
+            JobResult.objects.filter(finished_at__gte=since, conclusion__in=logs.FAILED_CONCLUSIONS)
             .order_by("pk")
             .values_list("pk", flat=True)
         )
         self.stdout.write(f"{len(ids)} failed jobs in the last {days} days")
         for n, pk in enumerate(ids, start=1):
-            verdict = job_logs.job_log_classify(job_id=pk)
+            verdict = logs.job_log_classify(job_id=pk)
             self.stdout.write(f"[{n}/{len(ids)}] job {pk}: {verdict}")
         self.stdout.write(self.style.SUCCESS(f"Reclassified {len(ids)} jobs."))

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from ootci.models import TestReport
-from relay.test_reports import test_reports_reparse
+from relay.reports.pull import test_reports_reparse
 
 
 class Command(BaseCommand):

@@ -1,0 +1,206 @@
+"""Which jobs the failing-tests view reads (``hud.failing.classes``): a backend's jobs on a PR's head or in its latest
+nightly/push run, their baseline run, and the other backends' jobs at the same upstream SHA.
+
+These are a few indexed JobResult rows, read from the database (the system of record) whichever store holds the
+test cases; a job's result is its latest attempt (``JobResult.LATEST_ORDER``, as everywhere in the HUD).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Window
+from django.db.models.functions import RowNumber
+
+from hud.failing.classes import (
+    BASELINE_EVENTS,
+    BackendFailing,
+    Baseline,
+    CaseStore,
+    Run,
+    RunJob,
+    Target,
+    by_job,
+    chosen_tests,
+    classified,
+)
+from hud.stores.base import latest_attempts
+from hud.stores.types import BackendInfo
+from ootci.models import Delivery, JobResult, PullRequest, TestReport
+
+FIELDS = ("id", "backend_id", "event_type", "job_sha", "pr_number", "workflow_name", "job_name", "run_attempt")
+FIELDS += ("created_at", "finished_at", "outcome", "run_url")
+RECENT_PRS = 10
+
+
+def job_rows(jobs) -> list[dict]:
+    """Rows of ``jobs``, newest attempt first."""
+    return list(jobs.order_by(*JobResult.LATEST_ORDER).values(*FIELDS))
+
+
+def run_of(rows: list[dict]) -> Run | None:
+    """The run of one backend's rows at one SHA and event (given newest first)."""
+    if not rows:
+        return None
+    latest = latest_attempts(rows)
+    latest.sort(key=lambda r: (r["workflow_name"], r["job_name"], r["id"]))
+    first = rows[0]
+    return Run(
+        backend_id=first["backend_id"],
+        event=first["event_type"],
+        sha=first["job_sha"],
+        pr_number=first["pr_number"],
+        jobs=tuple(RunJob(r["id"], column(r), r["outcome"], r["run_url"]) for r in latest),
+        attempts=tuple(sorted(r["id"] for r in rows)),
+        finished_at=max(r["finished_at"] for r in latest),
+    )
+
+
+def column(row: dict) -> str:
+    return f"{row['workflow_name']} / {row['job_name']}"
+
+
+def baseline_jobs(backend_ids: list[int]):
+    """The backends' nightly and push jobs that have a parsed test report."""
+    parsed = TestReport.objects.filter(job=OuterRef("pk"), state=TestReport.State.PARSED)
+    return JobResult.objects.filter(backend_id__in=backend_ids, event_type__in=BASELINE_EVENTS).filter(Exists(parsed))
+
+
+def newest_runs(jobs) -> dict[int, tuple[str, str]]:
+    """Per backend, the (event, SHA) of its newest job of ``jobs`` by finish time: one query for any number."""
+    newest = [F("finished_at").desc(), F("id").desc()]
+    ranked = jobs.annotate(n=Window(RowNumber(), partition_by=F("backend_id"), order_by=newest)).filter(n=1)
+    return {
+        r["backend_id"]: (r["event_type"], r["job_sha"]) for r in ranked.values("backend_id", "event_type", "job_sha")
+    }
+
+
+def runs_at(keys: dict[int, tuple[str, str]]) -> dict[int, Run]:
+    """Each backend's run at its (event, SHA): one query for any number."""
+    if not keys:
+        return {}
+    wanted = Q()
+    for bid, (event, sha) in keys.items():
+        wanted |= Q(backend_id=bid, event_type=event, job_sha=sha)
+    rows = job_rows(JobResult.objects.filter(wanted))
+    return {bid: run_of([r for r in rows if r["backend_id"] == bid]) for bid in keys}
+
+
+def pr_baselines(backend_ids: list[int], *, base_sha: str, pushed_at: datetime | None) -> dict[int, Baseline]:
+    """Per backend, its run on the PR's base commit, else its latest finished before the head was pushed (none
+    without either)."""
+    jobs = baseline_jobs(backend_ids)
+    rules: dict[int, str] = {}
+    keys: dict[int, tuple[str, str]] = {}
+    if base_sha:
+        keys = newest_runs(jobs.filter(job_sha=base_sha))
+        rules = dict.fromkeys(keys, "base")
+    missing = [bid for bid in backend_ids if bid not in keys]
+    if pushed_at and missing:
+        before = newest_runs(jobs.filter(backend_id__in=missing, finished_at__lte=pushed_at))
+        keys |= before
+        rules |= dict.fromkeys(before, "before")
+    return {bid: Baseline(rules[bid], run) for bid, run in runs_at(keys).items()}
+
+
+def others_at(sha: str, *, backend_id: int, events: tuple[str, ...]) -> dict[int, int]:
+    """The other backends' latest attempts at ``sha`` (of ``events``): job id → backend id."""
+    rows = job_rows(JobResult.objects.filter(job_sha=sha, event_type__in=events).exclude(backend_id=backend_id))
+    return {r["id"]: r["backend_id"] for r in latest_attempts(rows)}
+
+
+def pr_head(number: int) -> str:
+    """The PR's head SHA ("" if the PR was never relayed)."""
+    pr = PullRequest.objects.filter(upstream_repo=settings.UPSTREAM_REPO, number=number).first()
+    if pr and pr.head_sha:
+        return pr.head_sha
+    newest = JobResult.objects.filter(pr_number=number, event_type="pull_request").order_by(*JobResult.LATEST_ORDER)
+    return newest.values_list("job_sha", flat=True).first() or ""
+
+
+def pr_state(number: int, head: str) -> str:
+    """What the PR's head has as results: its job results and their test reports, counted with their latest change
+    (a cache key part: it changes when a job result or report of that head is written or parsed again)."""
+    jobs = JobResult.objects.filter(pr_number=number, event_type="pull_request", job_sha=head)
+    found = jobs.aggregate(n=Count("id"), at=Max("updated_at"))
+    reports = TestReport.objects.filter(job__in=jobs.values("id")).aggregate(n=Count("id"), at=Max("parsed_at"))
+    return "-".join(f"{x['n']}/{x['at'].timestamp() if x['at'] else 0}" for x in (found, reports))
+
+
+def pr_pushed(number: int, head: str, rows: list[dict]) -> tuple[str, datetime | None]:
+    """The PR's base SHA ("" if unknown) and when its head was first pushed (its first delivery, else its first
+    job), from the deliveries of that head."""
+    deliveries = Delivery.objects.filter(pull_request__number=number, head_sha=head).order_by("received_at")
+    found = list(deliveries.values_list("received_at", "payload__pull_request__base__sha"))
+    base = next((str(sha)[:40] for _, sha in found if sha), "")
+    pushed = found[0][0] if found else min((r["created_at"] for r in rows), default=None)
+    return base, pushed
+
+
+def pr_targets(number: int, head: str, backends: list[BackendInfo]) -> tuple[list[Target], list[dict]]:
+    """One target per backend of ``backends`` on the PR's head SHA (baselines not yet attached), and the job rows."""
+    rows = job_rows(JobResult.objects.filter(pr_number=number, event_type="pull_request", job_sha=head))
+    latest = {r["id"]: r["backend_id"] for r in latest_attempts(rows)}
+    targets = []
+    for b in backends:
+        run = run_of([r for r in rows if r["backend_id"] == b.id])
+        others = {job: bid for job, bid in latest.items() if bid != b.id}
+        targets.append(Target(b, run, None, others, pr_number=number, sha=head))
+    return targets, rows
+
+
+def latest_baseline_target(backend: BackendInfo) -> Target:
+    """The backend's latest nightly or push run with a test report, compared with the run before it."""
+    jobs = baseline_jobs([backend.id])
+    run = runs_at(newest_runs(jobs)).get(backend.id)
+    if run is None:
+        return Target(backend, None, None)
+    started = JobResult.objects.filter(id__in=[j.id for j in run.jobs]).aggregate(at=Min("created_at"))["at"]
+    before = runs_at(newest_runs(jobs.filter(finished_at__lte=started).exclude(job_sha=run.sha))).get(backend.id)
+    baseline = Baseline("previous", before) if before else None
+    return Target(backend, run, baseline, others_at(run.sha, backend_id=backend.id, events=BASELINE_EVENTS))
+
+
+def recent_prs(backend_id: int) -> list[dict]:
+    """The backend's latest PR heads with a test failure (PR number, SHA, finish time), newest first."""
+    rows = JobResult.objects.filter(backend_id=backend_id, event_type="pull_request", outcome="test")
+    found: dict[int, dict] = {}
+    for r in rows.order_by("-finished_at").values("pr_number", "job_sha", "finished_at")[:200]:
+        if r["pr_number"] and len(found) < RECENT_PRS:
+            found.setdefault(r["pr_number"], r)
+    return list(found.values())
+
+
+# --- the entry points (hud.figures.queries)
+# ----------------------------------------------------------------------------------
+
+
+def pr_failing(
+    store: CaseStore, number: int, backends: list[BackendInfo], *, head: str = ""
+) -> list[BackendFailing] | None:
+    """Each backend's failing tests on the PR's head (``head``, else the PR's as last seen), classified; None if the
+    PR was never relayed. The baselines are looked for only when a backend has a failing test there, so a PR without
+    one costs two queries (its jobs, their failing cases)."""
+    head = head or pr_head(number)
+    if not head:
+        return None
+    targets, rows = pr_targets(number, head, backends)
+    ran = [t for t in targets if t.run]
+    failing = by_job(store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else [])
+    failing_on = [t.backend.id for t in ran if chosen_tests(t, failing)[0]]
+    if failing_on:
+        base, pushed = pr_pushed(number, head, rows)
+        baselines = pr_baselines(failing_on, base_sha=base, pushed_at=pushed)
+        targets = [replace(t, baseline=baselines.get(t.backend.id)) for t in targets]
+    return classified(store, targets, failing=failing)
+
+
+def backend_failing(store: CaseStore, backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
+    """The backend's failing tests on PR ``pr``'s head (None if that PR was never relayed), else in its latest
+    nightly or push run with a test report."""
+    if pr is None:
+        return classified(store, [latest_baseline_target(backend)])[0]
+    found = pr_failing(store, pr, [backend])
+    return None if found is None else found[0]

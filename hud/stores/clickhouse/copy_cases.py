@@ -1,0 +1,199 @@
+"""Every case of every parsed test report in ClickHouse (`oot_test_case`), for per-test lookups across backends.
+
+PostgreSQL keeps every case too (TestCase); this copy reads the raw report bytes again from the intermediate store
+(`ootci.reports.blobs`) and parses them with the same parser (`ootci.reports.junit`), so it never loads PostgreSQL. It
+runs with the job-result replication (`hud.tasks.clickhouse_replicate`: every minute, and after a parse, which changes
+its job's counts) and follows the same high-water mark (`hud.models.ReplicationCursor`), here over TestReport rows in
+parsed state ordered by (parsed_at, id): the cursor moves only after ClickHouse accepted a batch, so nothing is lost
+while ClickHouse is down, and reports whose parse committed late are read again within `OVERLAP`. Re-sent rows (the
+overlap, a re-parse, a run that stopped after its insert) have the same sorting key and collapse in the
+ReplacingMergeTree; read the table `FINAL`. A re-parse that gives other cases (a parser change) or refuses the report
+leaves rows the new parse does not replace: the report is marked (`TestReport.replaced`) and the next run deletes its
+older versions (`_drop_replaced`).
+
+Granules of 1,024 rows, each its own compressed block (``STORAGE``): the failing-tests history reads each failing
+test's key range on one backend (about 170 rows in the bench), which with the default 8,192-row granules and 64 KB
+blocks cost a whole granule or two, and their blocks, per test. A table created before keeps its granularity until it
+is recreated (README, "Failing tests"); the search index still covers 8,192 rows per filter (8 granules).
+
+Runs need no lock: two at once send the same rows, which collapse, and the cursor never moves back.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from hud.models import ReplicationCursor
+from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse.copy_jobs import OVERLAP, _micros
+from ootci.models import TestReport
+from ootci.reports import blobs, junit
+
+logger = logging.getLogger(__name__)
+
+TABLE = "oot_test_case"
+CURSOR_NAME = TABLE
+REPORTS_PER_READ = 50
+REPLACED_PER_RUN = 500  # re-parsed reports whose earlier copies one run deletes (one statement)
+BATCH_ROWS = 50_000
+
+# The test search (hud.stores.clickhouse.history) looks for text inside generic ids: an n-gram bloom filter per 8
+# granules lets it skip the granules that cannot hold the text (the table is sorted by id, so a granule holds few ids).
+SEARCH_INDEX_NAME = "generic_id_ngrams"
+SEARCH_INDEX = f"INDEX {SEARCH_INDEX_NAME} lowerUTF8(generic_id) TYPE ngrambf_v1(3, 8192, 2, 0) GRANULARITY 8"
+# Measured on the 10-million-case bench (README): the one-backend history read 94 -> 60 ms; 1,024-row granules alone
+# gained little, as a narrow column's 64 KB compressed block still held 8,192 rows or more.
+STORAGE = "index_granularity = 1024, min_compress_block_size = 4096"
+# `reported_at` is when the report arrived (TestReport.received_at, after the job finished for a pulled artifact):
+# unlike the job's finish time it never changes, so every copy of a case has the same sorting key and collapses.
+SCHEMA = f"""
+    CREATE TABLE IF NOT EXISTS {TABLE} (
+        generic_id String COMMENT 'TestCase.test_id: file::Class::name with the device made generic',
+        backend_id UInt64,
+        reported_at DateTime64(6, 'UTC') COMMENT 'TestReport.received_at',
+        report_id UInt64,
+        ordinal UInt32 COMMENT 'position of the case in its report',
+        backend_repo LowCardinality(String),
+        job_id UInt64,
+        event_type LowCardinality(String),
+        pr_number Nullable(UInt32),
+        job_sha String,
+        workflow_name LowCardinality(String),
+        job_name LowCardinality(String),
+        file LowCardinality(String),
+        classname LowCardinality(String),
+        name String,
+        status LowCardinality(String),
+        duration Float64,
+        reruns UInt32,
+        message String,
+        version UInt64 COMMENT 'TestReport.parsed_at in microseconds: the latest parse wins',
+        {SEARCH_INDEX}
+    )
+    ENGINE = ReplacingMergeTree(version)
+    PARTITION BY toYYYYMM(reported_at)
+    ORDER BY (generic_id, backend_id, reported_at, report_id, ordinal)
+    SETTINGS {STORAGE}
+"""
+COLUMNS = [
+    "generic_id",
+    "backend_id",
+    "reported_at",
+    "report_id",
+    "ordinal",
+    "backend_repo",
+    "job_id",
+    "event_type",
+    "pr_number",
+    "job_sha",
+    "workflow_name",
+    "job_name",
+    "file",
+    "classname",
+    "name",
+    "status",
+    "duration",
+    "reruns",
+    "message",
+    "version",
+]
+
+
+def ensure_schema() -> None:
+    """The table, and the search index on a table created before it (its older parts are read whole until merged,
+    or at once after `ALTER TABLE oot_test_case MATERIALIZE INDEX generic_id_ngrams`)."""
+    clickhouse.command(SCHEMA)
+    indexes = "SELECT name FROM system.data_skipping_indices WHERE database = currentDatabase() AND table = {t:String}"
+    if SEARCH_INDEX_NAME not in {name for (name,) in clickhouse.rows(indexes, {"t": TABLE})}:
+        clickhouse.command(f"ALTER TABLE {TABLE} ADD {SEARCH_INDEX}")
+
+
+def replicate() -> int:
+    """Copy every case of the reports parsed since the cursor; returns the cases sent. When ClickHouse (ClickHouseError)
+    or the intermediate store fails, the cursor records the error and it is raised: the next run starts where this
+    one's last accepted batch ended."""
+    cursor, _ = ReplicationCursor.objects.get_or_create(name=CURSOR_NAME)
+    started = timezone.now()
+    after = cursor.start_position(bound=started - OVERLAP)
+    sent = 0
+    try:
+        with clickhouse.session():
+            ensure_schema()
+            _drop_replaced()
+            while reports := _reports_after(after):
+                rows: list[list[Any]] = []
+                for report in reports:
+                    rows += _case_rows(report)
+                    after = (report.parsed_at, report.pk)
+                    if len(rows) >= BATCH_ROWS or report is reports[-1]:
+                        if rows:
+                            clickhouse.insert(rows, column_names=COLUMNS, table=TABLE)
+                        cursor.advance(updated_at=after[0], row_id=after[1], rows=len(rows))
+                        sent, rows = sent + len(rows), []
+                if len(reports) < REPORTS_PER_READ:
+                    break
+    except Exception as ex:  # ClickHouse or the intermediate store: recorded, and the task shows the failure
+        cursor.fail(error=str(ex), at=timezone.now())
+        raise
+    cursor.finish(reread_from=started - OVERLAP, at=timezone.now())
+    return sent
+
+
+def _drop_replaced() -> None:
+    """Delete what the earlier parse of each re-parsed report left behind: its cases that the new parse's do not
+    replace (other test ids, fewer cases) or all of them (a re-parse that refused the report). The new parse's rows
+    are versioned by its own parse time, so only older versions go; a report parsed again meanwhile keeps its mark."""
+    ended = TestReport.objects.filter(replaced=True).exclude(state=TestReport.State.PENDING)
+    reports = list(ended.values_list("pk", "parsed_at")[:REPLACED_PER_RUN])
+    if not reports:
+        return
+    ids, versions = [pk for pk, _ in reports], [_micros(at) for _, at in reports]
+    clickhouse.command(
+        f"DELETE FROM {TABLE} WHERE report_id IN {{ids:Array(UInt64)}} "
+        "AND version < transform(report_id, {ids:Array(UInt64)}, {versions:Array(UInt64)}, toUInt64(0))",
+        {"ids": ids, "versions": versions},
+    )
+    done = Q()
+    for pk, at in reports:
+        done |= Q(pk=pk, parsed_at=at)
+    TestReport.objects.filter(done, replaced=True).update(replaced=False)
+
+
+def _reports_after(after: tuple[datetime, int] | None) -> list[TestReport]:
+    reports = TestReport.objects.filter(state=TestReport.State.PARSED).select_related("job__backend")
+    if after is not None:
+        parsed_at, report_id = after
+        reports = reports.filter(Q(parsed_at__gt=parsed_at) | Q(pk__gt=report_id), parsed_at__gte=parsed_at)
+    return list(reports.order_by("parsed_at", "pk")[:REPORTS_PER_READ])
+
+
+def _case_rows(report: TestReport) -> list[list[Any]]:
+    """Every case of ``report``, parsed again from its stored bytes; none when the bytes are gone (retention) or no
+    longer parse (they did once: a parser change), which is logged."""
+    job = report.job
+    try:
+        parsed = junit.stored_report_parse(report)
+    except (blobs.Missing, junit.ReportRefused) as ex:
+        logger.warning("test report %s: its cases are not copied to ClickHouse: %s", report.pk, ex)
+        return []
+    of_report = {
+        "backend_id": job.backend_id,
+        "reported_at": report.received_at,
+        "report_id": report.pk,
+        "backend_repo": job.backend.repo,
+        "job_id": job.pk,
+        "event_type": job.event_type,
+        "pr_number": job.pr_number,
+        "job_sha": job.job_sha,
+        "workflow_name": job.workflow_name,
+        "job_name": job.job_name,
+        "version": _micros(report.parsed_at),
+    }
+    rows = []
+    for ordinal, case in enumerate(parsed.kept):
+        row = of_report | vars(case) | {"generic_id": case.test_id, "ordinal": ordinal}
+        rows.append([row[column] for column in COLUMNS])
+    return rows

@@ -1,0 +1,141 @@
+"""The HUD's JSON API under /api/oot/: the same figures as the pages, from hud.figures.queries.
+
+One APIView per operation. Query parameters behave as on the pages (bad values fall back to defaults).
+The POST /api/crcr/results ingest is the relay's (relay/endpoints/callback.py): the relay writes, the HUD reads.
+"""
+
+import dataclasses
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import NotFound
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hud.figures import queries
+from hud.figures.queries import BackendStats
+from hud.web import params
+from ootci import allowlist
+
+DAYS = OpenApiParameter("days", int, enum=list(params.DAYS), description="Window in days (default 7)")
+METRIC_DAYS = OpenApiParameter("days", int, enum=list(params.METRIC_DAYS), description="Days shown (default 30)")
+EVENT = OpenApiParameter("event", str, enum=list(queries.EVENTS), description="Upstream event (default pull_request)")
+PAGE = OpenApiParameter("page", int, description="Matrix page, 50 rows each (default 1)")
+FAILING = OpenApiParameter("failing", bool, description="Only rows with a failure")
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses (with their computed properties) to plain JSON-ready data."""
+    if dataclasses.is_dataclass(value):
+        data = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for name, attr in vars(type(value)).items():
+            if isinstance(attr, property):
+                data[name] = plain(getattr(value, name))
+        return data
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def backend_or_404(org: str, repo: str) -> queries.BackendInfo:
+    found = queries.backend(f"{org}/{repo}")
+    if found is None:
+        raise NotFound(f"{org}/{repo} is not an allowlisted backend")
+    return found
+
+
+class OverviewView(APIView):
+    @extend_schema(
+        operation_id="oot_overview",
+        parameters=[DAYS, EVENT],
+        responses=OpenApiTypes.OBJECT,
+        summary="Health of every backend",
+    )
+    def get(self, request: Request) -> Response:
+        overview = queries.overview(days=params.days(request), event=params.event(request))
+        return Response(plain(overview))
+
+
+class BackendView(APIView):
+    @extend_schema(
+        operation_id="oot_backend",
+        parameters=[DAYS, EVENT, PAGE, FAILING],
+        responses=OpenApiTypes.OBJECT,
+        summary="One backend: cards and matrix",
+    )
+    def get(self, request: Request, org: str, repo: str) -> Response:
+        info = backend_or_404(org, repo)
+        days, event = params.days(request), params.event(request)
+        stats = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats())
+        matrix = queries.backend_matrix(
+            backend_id=info.id,
+            days=days,
+            event=event,
+            failing_only=params.flag(request, "failing"),
+            page=params.page(request),
+        )
+        return Response(plain({"backend": info, "days": days, "event": event, "stats": stats, "matrix": matrix}))
+
+
+class JobView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One job attempt and every attempt of that job")
+    def get(self, request: Request, org: str, repo: str, job_id: int) -> Response:
+        info = backend_or_404(org, repo)
+        detail = queries.job_detail(backend_id=info.id, job_id=job_id)
+        if detail is None:
+            raise NotFound(f"{info.repo} has no job {job_id}")
+        return Response(plain(detail))
+
+
+class ReadinessView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One backend against the level gates, with its verdict")
+    def get(self, request: Request, org: str, repo: str) -> Response:
+        info = backend_or_404(org, repo)
+        return Response(plain({"backend": info, "readiness": queries.readiness(shown=[info])[info.id]}))
+
+
+class MetricsView(APIView):
+    @extend_schema(parameters=[METRIC_DAYS, EVENT], responses=OpenApiTypes.OBJECT, summary="Daily pass rate")
+    def get(self, request: Request) -> Response:
+        days = params.days(request, params.METRIC_DAYS, default=30)
+        event = params.event(request)
+        return Response(plain({"days": days, "event": event, "series": queries.metrics(days=days, event=event)}))
+
+
+class FailuresView(APIView):
+    @extend_schema(
+        operation_id="oot_failures",
+        parameters=[DAYS],
+        responses=OpenApiTypes.OBJECT,
+        summary="Failure signatures ranked by jobs affected, with backends, first/last seen and example jobs",
+    )
+    def get(self, request: Request) -> Response:
+        days = params.days(request)
+        return Response(plain({"days": days, "signatures": queries.failure_signatures(days=days)}))
+
+
+class YAMLRenderer(BaseRenderer):
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        return data.encode() if isinstance(data, str) else str(data).encode()
+
+
+class AllowlistView(APIView):
+    renderer_classes = [JSONRenderer, YAMLRenderer]
+
+    @extend_schema(
+        responses={(200, "application/json"): OpenApiTypes.OBJECT, (200, "application/yaml"): OpenApiTypes.STR},
+        summary="The enabled allowlist in the RFC layout (JSON, or YAML with ?format=yaml)",
+    )
+    def get(self, request: Request) -> Response:
+        if request.accepted_renderer.format == "yaml":
+            return Response(allowlist.export_yaml())
+        return Response(allowlist.export_data())

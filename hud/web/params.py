@@ -1,0 +1,38 @@
+"""Query-string and path parameters of the HUD pages and API: anything unexpected falls back to the default.
+
+Numbers are ASCII digits only: ``str.isdigit`` also accepts "²" or "٣", which ``int`` refuses or reads.
+"""
+
+from django.http import HttpRequest
+
+from hud.figures.queries import EVENTS
+
+DAYS = (1, 7, 30)
+METRIC_DAYS = (7, 14, 30, 90)
+MAX_PAGE = 10_000
+
+
+def number(value: str) -> int | None:
+    """``value`` as a non-negative integer when it is ASCII digits (at most 19 of them: ``int`` refuses thousands),
+    else None."""
+    value = value.strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 19 else None
+
+
+def days(request: HttpRequest, choices: tuple[int, ...] = DAYS, default: int = 7) -> int:
+    value = number(request.GET.get("days", ""))
+    return value if value in choices else default
+
+
+def event(request: HttpRequest) -> str:
+    value = request.GET.get("event", "")
+    return value if value in EVENTS else EVENTS[0]
+
+
+def page(request: HttpRequest) -> int:
+    value = number(request.GET.get("page", ""))
+    return value if value is not None and 1 <= value <= MAX_PAGE else 1
+
+
+def flag(request: HttpRequest, name: str) -> bool:
+    return request.GET.get(name, "").lower() in ("1", "true", "on", "yes")

@@ -1,0 +1,264 @@
+"""On-call alerting: the rules of ``ootci.models.AlertRule``, evaluated after a callback completes a job (by the
+worker, ``relay.endpoints.job_reports.job_completed_follow_up``) and every minute (relay health and readiness gates,
+:func:`periodic_evaluate`).
+
+An incident opens once per fingerprint (a partial unique index: concurrent evaluations race on it and the loser
+updates the winner's row). Baseline, relay-health and gate incidents resolve after ``resolve_after`` green results
+in a row; a PR's resolves as soon as its failing jobs are green. After an incident resolves, the same one does not
+open again for ``cooldown_minutes`` (no flapping). What changed is handed to ``relay.alerts.notify``; nothing is sent
+for successes, for L1/L2 backends' PR jobs, or for infrastructure failures on PRs.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ootci import governance, levels
+from ootci.models import AlertRule, Backend, Dispatch, Event, Incident, JobResult, lost_cutoff
+from relay.alerts import notify
+
+logger = logging.getLogger(__name__)
+
+BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
+COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
+
+
+def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
+    """The rule of ``kind`` for ``backend``: its own when it has one, else the one for every backend."""
+    rules = AlertRule.objects.filter(kind=kind).filter(Q(backend=backend) | Q(backend=None))
+    rule = rules.order_by(F("backend").asc(nulls_last=True)).first()
+    return rule if rule is not None and rule.enabled else None
+
+
+def job_alerts_evaluate(*, job_id: int) -> str:
+    """The rules a job's result bears on: the PR rule for a pull_request job, the baseline rule for the others."""
+    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+    if job is None or job.status != JobResult.Status.COMPLETED:
+        return "nothing"
+    if job.event_type == Event.PULL_REQUEST:
+        return pr_evaluate(job)
+    return baseline_evaluate(job)
+
+
+# --- incidents: open once, update, resolve --------------------------------------------------------------------------
+
+
+def incident_fire(
+    rule: AlertRule,
+    *,
+    backend: Backend | None,
+    fingerprint: str,
+    what: str,
+    details: dict,
+    pr_number: int | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Open the incident ``fingerprint`` or bring its details up to date: "opened", "updated", "unchanged" or
+    "cooling" (resolved less than the cooldown ago)."""
+    now = now or timezone.now()
+    firing = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING)
+    with transaction.atomic():
+        incident = firing.select_for_update().first()
+        if incident is None:
+            cooled = now - timedelta(minutes=rule.cooldown_minutes)
+            if Incident.objects.filter(fingerprint=fingerprint, resolved_at__gt=cooled).exists():
+                return "cooling"
+            try:
+                with transaction.atomic():
+                    incident = Incident.objects.create(
+                        rule=rule,
+                        backend=backend,
+                        fingerprint=fingerprint,
+                        what=what,
+                        details=details,
+                        pr_number=pr_number,
+                        opened_at=now,
+                    )
+            except IntegrityError:  # opened by a concurrent evaluation: update it
+                incident = firing.select_for_update().get()
+            else:
+                notify.incident_notify(incident=incident, change="opened")
+                return "opened"
+        if (incident.what, incident.details, incident.greens) == (what, details, 0):
+            return "unchanged"
+        incident.what, incident.details, incident.greens = what, details, 0
+        incident.save(update_fields=["what", "details", "greens"])
+        notify.incident_notify(incident=incident, change="updated")
+    return "updated"
+
+
+def incident_green(
+    fingerprint: str, *, resolve_after: int, details: dict | None = None, now: datetime | None = None
+) -> str:
+    """One green result (or check) for a firing incident: "resolved" after ``resolve_after`` in a row, else "green"
+    ("quiet" when nothing fires)."""
+    with transaction.atomic():
+        incident = Incident.objects.select_for_update().filter(fingerprint=fingerprint, state="firing").first()
+        if incident is None:
+            return "quiet"
+        incident.greens += 1
+        if details is not None:
+            incident.details = details
+        if incident.greens < resolve_after:
+            incident.save(update_fields=["greens", "details"])
+            if details is not None:
+                notify.incident_notify(incident=incident, change="updated")
+            return "green"
+        incident.state, incident.resolved_at = Incident.State.RESOLVED, now or timezone.now()
+        incident.save(update_fields=["greens", "details", "state", "resolved_at"])
+        notify.incident_notify(incident=incident, change="resolved")
+    return "resolved"
+
+
+# --- the rules ------------------------------------------------------------------------------------------------------
+
+
+def latest_attempts(jobs) -> list[JobResult]:
+    """The latest attempt of each job among ``jobs`` (a queryset), newest report first."""
+    found: dict[tuple, JobResult] = {}
+    for j in jobs.order_by(*JobResult.LATEST_ORDER):
+        found.setdefault(tuple(getattr(j, f) for f in JobResult.JOB_FIELDS), j)
+    return list(found.values())
+
+
+def pr_evaluate(job: JobResult) -> str:
+    """An L3/L4 backend's test failures new on the PR (its latest attempts on the job's SHA): an incident per PR and
+    backend, updated on every change, resolved as soon as its failing jobs are green."""
+    backend = job.backend
+    rule = rule_for(AlertRule.Kind.PR_TEST, backend)
+    if rule is None or levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
+        return "nothing"
+    same = JobResult.objects.filter(
+        backend=backend, event_type=Event.PULL_REQUEST, pr_number=job.pr_number, job_sha=job.job_sha
+    )
+    latest = latest_attempts(same)
+    failing = [j for j in latest if j.outcome == JobResult.Outcome.TEST and new_on_pr(j)]
+    fingerprint = f"{rule.kind}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
+    details = {
+        "upstream_repo": job.upstream_repo,
+        "sha": job.job_sha,
+        "jobs": [job_entry(j) for j in sorted(latest, key=lambda j: (j.workflow_name, j.job_name))],
+    }
+    if failing:
+        names = ", ".join(f"{j.workflow_name} / {j.job_name}" for j in failing)
+        what = f"{backend.repo}: {len(failing)} job(s) failing tests on PR #{job.pr_number}: {names}"
+        return incident_fire(
+            rule, backend=backend, fingerprint=fingerprint, what=what, details=details, pr_number=job.pr_number
+        )
+    if any(j.outcome == JobResult.Outcome.RUNNING for j in latest):
+        return "waiting"  # a re-run is under way: green when it is
+    return incident_green(fingerprint, resolve_after=1, details=details)
+
+
+def job_entry(j: JobResult) -> dict:
+    return {
+        "job": f"{j.workflow_name} / {j.job_name}",
+        "sha": j.job_sha,
+        "outcome": j.outcome,
+        "attempt": j.run_attempt,
+        "url": j.run_url,
+        "failed_tests": list(j.failed_tests or [])[:10],
+    }
+
+
+def new_on_pr(job: JobResult) -> bool:
+    """Whether a PR job's test failure is new on the PR: some failed test that the same job's latest baseline run did
+    not fail. Without per-test data or a baseline, every test failure counts."""
+    if not job.failed_tests:
+        return True
+    baseline = (
+        JobResult.objects.filter(
+            backend_id=job.backend_id,
+            event_type__in=BASELINE_EVENTS,
+            workflow_name=job.workflow_name,
+            job_name=job.job_name,
+            status=JobResult.Status.COMPLETED,
+        )
+        .order_by("-finished_at", "-id")
+        .first()
+    )
+    if baseline is None:
+        return True
+    return bool(set(job.failed_tests) - set(baseline.failed_tests or []))
+
+
+def baseline_evaluate(job: JobResult) -> str:
+    """``threshold`` failures in a row of one job on the backend's baseline runs open an incident; ``resolve_after``
+    successes in a row resolve it."""
+    backend = job.backend
+    rule = rule_for(AlertRule.Kind.BASELINE, backend)
+    if rule is None or job.event_type not in BASELINE_EVENTS:
+        return "nothing"
+    runs = JobResult.objects.filter(
+        backend=backend,
+        event_type__in=BASELINE_EVENTS,
+        workflow_name=job.workflow_name,
+        job_name=job.job_name,
+        status=JobResult.Status.COMPLETED,
+    )
+    need = max(int(rule.threshold), rule.resolve_after)
+    recent = sorted(latest_attempts(runs), key=lambda j: (j.finished_at, j.pk), reverse=True)
+    outcomes = [j.outcome for j in recent if j.outcome in COUNTED][:need]
+    fingerprint = f"{rule.kind}:{backend.pk}:{job.workflow_name}/{job.job_name}"
+    n = int(rule.threshold)
+    if outcomes and outcomes[0] != JobResult.Outcome.SUCCESS:
+        # A failure while the incident fires starts the green count again (hysteresis); opening needs n in a row.
+        firing = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING).exists()
+        if not firing and (len(outcomes) < n or JobResult.Outcome.SUCCESS in outcomes[:n]):
+            return "nothing"
+        what = f"{backend.repo}: {job.workflow_name} / {job.job_name} failed {n} baseline runs in a row"
+        details = {"jobs": [job_entry(j) for j in recent[:n]]}
+        return incident_fire(rule, backend=backend, fingerprint=fingerprint, what=what, details=details)
+    return incident_green(fingerprint, resolve_after=rule.resolve_after)
+
+
+def relay_evaluate(*, now: datetime) -> str:
+    """Dispatches that failed, or were lost, in the last ``window_minutes`` above ``threshold`` percent."""
+    rule = rule_for(AlertRule.Kind.RELAY, None)
+    if rule is None:
+        return "nothing"
+    since = now - timedelta(minutes=rule.window_minutes)
+    made = Dispatch.objects.filter(created_at__gte=since, created_at__lt=now)
+    failed = made.filter(status=Dispatch.Status.FAILED).count()
+    # A dispatch becomes lost ZOMBIE_TIMEOUT_HOURS after it was made: those that did in this window.
+    cutoff = lost_cutoff(now)
+    lost = Dispatch.objects.lost(now=now).filter(created_at__gte=cutoff - (now - since)).count()
+    total = made.count() + lost
+    rate = 100.0 * (failed + lost) / total if total else 0.0
+    if total and rate > rule.threshold:
+        what = f"relay: {failed} dispatch(es) failed and {lost} lost of {total} in {rule.window_minutes} minutes"
+        details = {"failed": failed, "lost": lost, "total": total}
+        return incident_fire(rule, backend=None, fingerprint=rule.kind, what=what, details=details, now=now)
+    return incident_green(rule.kind, resolve_after=rule.resolve_after, now=now)
+
+
+def gates_evaluate(*, now: datetime | None = None) -> dict[str, int]:
+    """L3/L4 backends whose own level's gates newly fail over the demotion window (the HUD's cached figures unless
+    ``now`` is given)."""
+    backends = list(Backend.objects.filter(enabled=True, level__in=levels.with_check_runs()))
+    judged = governance.readiness_now(backends, now=now)
+    done: dict[str, int] = {}
+    for backend in backends:
+        rule = rule_for(AlertRule.Kind.GATE, backend)
+        if rule is None:
+            continue
+        r, fingerprint = judged[backend.pk], f"{AlertRule.Kind.GATE}:{backend.pk}"
+        if r.failing:
+            what = f"{backend.repo}: {r.text} ({', '.join(r.failing)})"
+            found = incident_fire(
+                rule, backend=backend, fingerprint=fingerprint, what=what, details={"failing": r.failing}, now=now
+            )
+        else:
+            found = incident_green(fingerprint, resolve_after=rule.resolve_after, now=now)
+        done[found] = done.get(found, 0) + 1
+    return done
+
+
+def periodic_evaluate(*, now: datetime | None = None) -> dict:
+    """The schedule (every minute): relay health and the readiness gates."""
+    return {"relay": relay_evaluate(now=now or timezone.now()), "gates": gates_evaluate(now=now)}

@@ -1,0 +1,199 @@
+"""Notifications of incidents (``relay.alerts.incidents``) through the channels a backend opted into
+(``ootci.models.NotificationChannel``), sent by the task worker with retries, never in a callback's request.
+
+- ``pr_comment``: one comment per upstream PR and backend, created once and edited in place on every change of the
+  incident (a re-run attempt, a later success), marked resolved when the failing jobs are green. Senders lock the
+  ``PrComment`` row first, so concurrent completions never post two comments.
+- ``repo_issue``: an issue in the backend's repository for baseline breakage, opened with the incident and closed
+  with it.
+- ``webhook``: a JSON POST with a Slack-compatible ``text`` field and the incident, on opening and resolution.
+- ``email``: to the channel's addresses through Django's email backend, on opening and resolution.
+
+Each (incident, channel) has one ``Notification`` row: its status, attempts and last error.
+"""
+
+from __future__ import annotations
+
+import logging
+import smtplib
+from datetime import timedelta
+
+import requests
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.tasks import async_task, schedule
+
+from ootci.models import AlertRule, Incident, Notification, NotificationChannel, PrComment
+from relay.github import client as github
+
+logger = logging.getLogger(__name__)
+
+Kind = NotificationChannel.Kind
+# Which incidents each channel carries, and on which changes ("updated" only where a message is edited in place).
+CARRIES = {
+    Kind.PR_COMMENT: ({AlertRule.Kind.PR_TEST}, {"opened", "updated", "resolved"}),
+    Kind.REPO_ISSUE: ({AlertRule.Kind.BASELINE}, {"opened", "resolved"}),
+    Kind.WEBHOOK: (set(AlertRule.Kind), {"opened", "resolved"}),
+    Kind.EMAIL: (set(AlertRule.Kind), {"opened", "resolved"}),
+}
+SEND_ERRORS = (github.GitHubError, requests.RequestException, smtplib.SMTPException, OSError)
+
+
+def incident_notify(*, incident: Incident, change: str) -> list[int]:
+    """Mark the notifications ``change`` calls for pending and queue their sending after the commit."""
+    rule_kind = incident.rule.kind
+    channels = NotificationChannel.objects.filter(backend=incident.backend, enabled=True)
+    due = []
+    for channel in channels:
+        kinds, changes = CARRIES[channel.kind]
+        if rule_kind not in kinds or change not in changes:
+            continue
+        n, _ = Notification.objects.get_or_create(incident=incident, channel=channel)
+        n.status, n.attempts, n.last_error = Notification.Status.PENDING, 0, ""
+        n.save(update_fields=["status", "attempts", "last_error", "updated_at"])
+        due.append(n.pk)
+    for pk in due:
+        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.notification_send", pk), robust=True)
+    return due
+
+
+def notification_send(*, notification_id: int, attempt: int = 1) -> str:
+    """Send one notification as its incident is now; a failure is retried by a schedule, up to
+    NOTIFY_MAX_ATTEMPTS tries. Safe to run twice: a state already sent is not sent again (a PR comment is only
+    edited when its text changes)."""
+    n = (
+        Notification.objects.select_related("incident__rule", "incident__backend", "channel")
+        .filter(pk=notification_id)
+        .first()
+    )
+    if n is None:
+        return "gone"
+    try:
+        target = SENDERS[n.channel.kind](n)
+    except SEND_ERRORS as e:
+        n.attempts, n.last_error = attempt, " ".join(str(e).split())[:1000]
+        if attempt >= settings.NOTIFY_MAX_ATTEMPTS:
+            n.status = Notification.Status.FAILED
+            n.save(update_fields=["attempts", "last_error", "status", "updated_at"])
+            logger.warning("notification %s failed after %d tries: %s", n.pk, attempt, n.last_error)
+            return "failed"
+        n.save(update_fields=["attempts", "last_error", "updated_at"])
+        wait = settings.NOTIFY_RETRY_SECONDS * 2 ** (attempt - 1)
+        schedule(
+            "relay.tasks.notification_send",
+            n.pk,
+            attempt + 1,
+            schedule_type=Schedule.ONCE,
+            next_run=timezone.now() + timedelta(seconds=wait),
+        )
+        return "retrying"
+    n.status, n.attempts, n.last_error, n.target = Notification.Status.SENT, attempt, "", target
+    n.sent_state = n.incident.state
+    n.save(update_fields=["status", "attempts", "last_error", "target", "sent_state", "external_id", "updated_at"])
+    return "sent"
+
+
+# --- what an incident says ------------------------------------------------------------------------------------------
+
+
+def incident_text(incident: Incident) -> str:
+    state = "resolved" if incident.state == Incident.State.RESOLVED else "firing"
+    link = ""
+    if incident.backend is not None and settings.PUBLIC_URL:
+        link = f" {settings.PUBLIC_URL.rstrip('/')}/oot/{incident.backend.repo}/"
+    return f"[OOT CI] {state}: {incident.what}{link}"
+
+
+def pr_comment_body(incident: Incident) -> str:
+    backend = incident.backend
+    lines = [
+        f"<!-- oot-ci:{backend.repo}:{incident.pr_number} -->",
+        f"### {backend.repo} ({backend.device or backend.level})",
+    ]
+    if incident.state == Incident.State.RESOLVED:
+        lines.append("✅ **Resolved**: the jobs that failed tests are green now.")
+    else:
+        lines.append(f"❌ {incident.what}")
+    lines += ["", f"On `{incident.details.get('sha', '')[:12]}`:", "", "| job | result | attempt |", "|---|---|---|"]
+    for job in incident.details.get("jobs", []):
+        result = {"test": "test failure", "infra": "infra failure"}.get(job["outcome"], job["outcome"])
+        name = f"[{job['job']}]({job['url']})" if job.get("url") else job["job"]
+        lines.append(f"| {name} | {result} | {job['attempt']} |")
+        lines += [f"|   ↳ `{t}` | | |" for t in job.get("failed_tests", [])[:5]]
+    oncalls = ", ".join(f"@{h}" for h in backend.oncalls)
+    lines += ["", f"On-call: {oncalls or 'none listed'}. This comment is edited in place as the jobs change."]
+    return "\n".join(lines)
+
+
+# --- the channels ---------------------------------------------------------------------------------------------------
+
+
+def pr_comment_send(n: Notification) -> str:
+    incident = n.incident
+    repo = incident.details.get("upstream_repo") or settings.UPSTREAM_REPO
+    with transaction.atomic():
+        row, _ = PrComment.objects.get_or_create(
+            backend=incident.backend, upstream_repo=repo, pr_number=incident.pr_number
+        )
+        row = PrComment.objects.select_for_update().get(pk=row.pk)  # one sender at a time per PR and backend
+        incident.refresh_from_db()  # the incident as it is now, after any sender before us
+        body = pr_comment_body(incident)
+        if row.comment_id is None:
+            row.comment_id = github.issue_comment_create(repo=repo, number=incident.pr_number, body=body)
+        elif body != row.body:
+            github.issue_comment_update(repo=repo, comment_id=row.comment_id, body=body)
+        row.body = body
+        row.save(update_fields=["comment_id", "body", "updated_at"])
+    return f"{repo}#{incident.pr_number}"
+
+
+def repo_issue_send(n: Notification) -> str:
+    incident, repo = n.incident, n.incident.backend.repo
+    body = f"{incident_text(incident)}\n\nOpened {incident.opened_at:%Y-%m-%d %H:%M} UTC by OOT CI."
+    if incident.state == Incident.State.FIRING and not n.external_id:
+        n.external_id = str(github.issue_create(repo=repo, title=f"OOT CI: {incident.what}"[:250], body=body))
+    elif incident.state == Incident.State.RESOLVED and n.external_id and n.sent_state != Incident.State.RESOLVED:
+        github.issue_close(repo=repo, number=int(n.external_id), body=body)
+    return f"{repo}#{n.external_id}" if n.external_id else repo
+
+
+def webhook_send(n: Notification) -> str:
+    if n.sent_state == n.incident.state:
+        return n.channel.target
+    incident = n.incident
+    payload = {
+        "text": incident_text(incident),
+        "incident": {
+            "id": incident.pk,
+            "state": incident.state,
+            "what": incident.what,
+            "rule": incident.rule.kind,
+            "backend": incident.backend.repo if incident.backend else None,
+            "opened_at": incident.opened_at.isoformat(),
+            "resolved_at": incident.resolved_at.isoformat() if incident.resolved_at else None,
+        },
+    }
+    response = requests.post(n.channel.target, json=payload, timeout=settings.GITHUB_TIMEOUT_SECONDS)
+    if not 200 <= response.status_code < 300:
+        raise requests.HTTPError(f"webhook answered {response.status_code}: {response.text[:200]}")
+    return n.channel.target
+
+
+def email_send(n: Notification) -> str:
+    if n.sent_state == n.incident.state:
+        return n.channel.target
+    to = [a.strip() for a in n.channel.target.split(",") if a.strip()]
+    text = incident_text(n.incident)
+    send_mail(subject=text[:200], message=text, from_email=None, recipient_list=to)
+    return ", ".join(to)
+
+
+SENDERS = {
+    Kind.PR_COMMENT: pr_comment_send,
+    Kind.REPO_ISSUE: repo_issue_send,
+    Kind.WEBHOOK: webhook_send,
+    Kind.EMAIL: email_send,
+}

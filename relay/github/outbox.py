@@ -1,0 +1,308 @@
+"""The dispatch outbox: each Dispatch row is one repository_dispatch to one backend, sent by the task worker.
+
+A delivery's Dispatch rows are written with the Delivery (relay.endpoints.intake); this module sends them, at least once
+and never twice while a claim holds: a conditional UPDATE claims a row, every later write is fenced on the claim's
+``updated_at`` stamp, and a row left pending (task lost, worker killed, broker down) is sent again by the
+``relay: resend stale dispatches`` schedule. A task stops taking work before the task timeout
+(``Q_CLUSTER["timeout"]``) could kill it mid-request, and leaves the rest to a continuation task.
+"""
+
+import json
+import logging
+import queue
+import random
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from ootci.models import Delivery, Dispatch
+from relay.endpoints.tokens import callback_token_issue
+from relay.github import client as github
+from relay.reliability import archive
+
+logger = logging.getLogger(__name__)
+
+# GitHub's limit on a repository_dispatch client_payload is 64 KB; stay a little under it.
+CLIENT_PAYLOAD_LIMIT = 64_000
+# Free-text fields of webhook payloads (PR body, commit messages, descriptions) that may be cut to fit.
+
+FREE_TEXT_KEYS = frozenset({"body", "message", "description"})
+
+TRIM_MARK = "… [trimmed by OOT CI]"
+
+
+def delivery_dispatches_send(*, delivery_pk: int) -> dict[str, int]:
+    """Send every pending dispatch of a delivery, concurrently."""
+    pending = Dispatch.objects.filter(delivery_id=delivery_pk, status=Dispatch.Status.PENDING)
+    return dispatches_send(dispatch_ids=list(pending.values_list("pk", flat=True)))
+
+
+def task_deadline() -> float:
+    """The monotonic time after which a task started now starts no GitHub request: one started later could still be
+    waiting for GitHub (GITHUB_TIMEOUT_SECONDS, and a retry of it) when the worker kills the task at its timeout."""
+    return time.monotonic() + settings.Q_CLUSTER["timeout"] - 2 * settings.GITHUB_TIMEOUT_SECONDS
+
+
+def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -> dict[str, int]:
+    """Send dispatches on a thread pool: GitHub's latency, not our CPU, bounds a fan-out.
+
+    Returns how many ended sent, failed, pending (left for the sweeper), skipped (claimed elsewhere) or continued
+    (not started before the deadline: handed to a new task, which claims them as this one would have).
+    """
+    deadline = deadline if deadline is not None else task_deadline()
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for pk in dispatch_ids:
+        todo.put(pk)
+    workers = min(settings.DISPATCH_CONCURRENCY, len(dispatch_ids))
+    outcomes: Counter[str] = Counter()
+    if workers <= 1:
+        outcomes.update(_dispatches_send_from(todo, deadline, close=False))
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dispatch") as pool:
+            for counts in pool.map(_dispatches_send_from, [todo] * workers, [deadline] * workers):
+                outcomes.update(counts)
+    left = []
+    while not todo.empty():
+        left.append(todo.get_nowait())
+    if left:
+        outcomes["continued"] = len(left)
+        _dispatches_continue(left)
+    return dict(outcomes)
+
+
+def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
+    """Send one repository_dispatch, retrying failures; safe to run twice or concurrently.
+
+    The Dispatch row is the outbox. A conditional UPDATE claims it (only a pending row that is new, stale or due for
+    its retry), and every later write is fenced on the ``updated_at`` stamp of our claim, so two workers never both
+    send. Every try counts in ``attempts``. A 4xx that is not a rate limit fails it at once; a round of
+    DISPATCH_MAX_ATTEMPTS 5xx or timeouts (one try once it has waited), a long rate limit, or a retry that would
+    start after ``deadline`` leaves it pending with ``retry_at`` for the schedule, so that a task never sleeps
+    long nor is killed mid-request, and a GitHub outage fails nothing until DISPATCH_RETRY_WINDOW_HOURS have
+    passed. A crash between GitHub's answer and our write means one resend after DISPATCH_STALE_SECONDS: GitHub has
+    no idempotency key for dispatches, so delivery is at least once.
+    """
+    deadline = deadline if deadline is not None else task_deadline()
+    stamp = _dispatch_claim(dispatch_id)
+    if stamp is None:
+        return "skipped"
+    dispatch = Dispatch.objects.select_related("delivery", "backend").get(pk=dispatch_id)
+    client_payload, trimmed = dispatch_client_payload(dispatch=dispatch)
+    # After a wait, one try per round: during a long outage the schedule spaces the tries, not this task.
+    budget = 1 if dispatch.retry_at else settings.DISPATCH_MAX_ATTEMPTS
+    failures = 0
+    while True:
+        try:
+            github.repository_dispatch_create(
+                repo=dispatch.backend.repo, event_type=dispatch.delivery.event, client_payload=client_payload
+            )
+        except github.RateLimited as e:
+            if e.wait_seconds > settings.DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS:
+                return _dispatch_defer(dispatch, stamp, wait=e.wait_seconds, reason=str(e))
+            wait, last_error = e.wait_seconds, str(e)
+            stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
+        except github.GitHubError as e:
+            failures += 1
+            if not e.retryable:
+                _dispatch_finish(dispatch_id, status=Dispatch.Status.FAILED, last_error=str(e), trimmed=trimmed)
+                logger.warning("dispatch %s to %s failed: %s", dispatch_id, dispatch.backend.repo, e)
+                return "failed"
+            if failures >= budget:
+                return _dispatch_defer(dispatch, stamp, wait=_later_backoff(dispatch), reason=str(e))
+            wait, last_error = _backoff(failures), str(e)
+            stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
+        else:
+            _dispatch_finish(dispatch_id, status=Dispatch.Status.SENT, trimmed=trimmed)
+            return "sent"
+        if stamp is None:
+            return "skipped"
+        if time.monotonic() + wait > deadline:
+            return _dispatch_defer(dispatch, stamp, wait=wait, reason=last_error)
+        time.sleep(wait)
+        stamp = _dispatch_renew(dispatch_id, stamp, attempts=F("attempts") + 1)
+        if stamp is None:
+            return "skipped"
+
+
+def dispatch_client_payload(*, dispatch: Dispatch) -> tuple[dict[str, Any], bool]:
+    """The client_payload of DESIGN §4, and whether free text had to be trimmed to fit GitHub's limit."""
+    delivery = dispatch.delivery
+    client_payload = {
+        "event_type": delivery.event,
+        "delivery_id": delivery.delivery_id,
+        "payload": delivery.payload,
+        "callback_token": callback_token_issue(delivery_id=delivery.delivery_id, repo=dispatch.backend.repo),
+    }
+    if _json_size(client_payload) <= CLIENT_PAYLOAD_LIMIT:
+        return client_payload, False
+    for keep in (2000, 200, 0):
+        client_payload["payload"] = _free_text_cut(delivery.payload, keep)
+        if _json_size(client_payload) <= CLIENT_PAYLOAD_LIMIT:
+            return client_payload, True
+    # Still too big without any free text (a push of many commits): the commit list goes, head_commit stays.
+    client_payload["payload"] = {**client_payload["payload"], "commits": []}
+    return client_payload, True
+
+
+def dispatches_resend_stale() -> dict[str, int]:
+    """Send pending dispatches nobody has touched for DISPATCH_STALE_SECONDS (task lost, worker killed), and those
+    whose ``retry_at`` has come."""
+    ids = list(
+        Dispatch.objects.filter(_claimable(timezone.now()), status=Dispatch.Status.PENDING)
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:1000]
+    )
+    return dispatches_send(dispatch_ids=ids) if ids else {}
+
+
+def dispatches_redispatch(*, dispatch_ids: list[int]) -> int:
+    """Start a new round of attempts for failed dispatches (the admin's "redispatch"); returns how many."""
+    with transaction.atomic():
+        ids = list(
+            Dispatch.objects.select_for_update()
+            .filter(pk__in=dispatch_ids, status=Dispatch.Status.FAILED)
+            .values_list("pk", flat=True)
+        )
+        # attempts back to 0 marks the rows claimable at once; last_error stays until the next try.
+        Dispatch.objects.filter(pk__in=ids).update(
+            status=Dispatch.Status.PENDING, attempts=0, retry_at=None, updated_at=timezone.now()
+        )
+        for pk in ids:
+            # A lost enqueue (broker down) leaves the row pending, for the stale-dispatch schedule.
+            transaction.on_commit(lambda pk=pk: async_task("relay.tasks.dispatch_send", pk), robust=True)
+    return len(ids)
+
+
+def delivery_archive(*, delivery_pk: int, body: bytes) -> str:
+    """Archive the raw body of a delivery; returns the key. Failing here never touches the delivery."""
+    delivery = Delivery.objects.get(pk=delivery_pk)
+    if delivery.archive_key:
+        return delivery.archive_key
+    key = archive.archive_put(received_at=delivery.received_at, delivery_id=delivery.delivery_id, body=body)
+    Delivery.objects.filter(pk=delivery_pk).update(archive_key=key)
+    return key
+
+
+def _dispatch_claim(dispatch_id: int) -> datetime | None:
+    now = timezone.now()
+    claimed = (
+        Dispatch.objects.filter(pk=dispatch_id, status=Dispatch.Status.PENDING)
+        .filter(Q(attempts=0, retry_at__isnull=True) | _claimable(now))
+        .update(attempts=F("attempts") + 1, updated_at=now)
+    )
+    return now if claimed else None
+
+
+def _claimable(now: datetime) -> Q:
+    """A pending row another worker may take: stale (its worker is gone) and not waiting, or due for its retry and
+    not claimed since it was deferred (a claim moves ``updated_at`` past ``retry_at``)."""
+    stale = now - timedelta(seconds=settings.DISPATCH_STALE_SECONDS)
+    waiting = Q(retry_at__gt=now)
+    due = Q(retry_at__lte=now) & Q(updated_at__lt=F("retry_at"))
+    return (Q(updated_at__lte=stale) & ~waiting) | due
+
+
+def _dispatch_defer(dispatch: Dispatch, stamp: datetime, *, wait: float, reason: str) -> str:
+    """Leave a claimed dispatch pending until ``wait`` seconds from now, for the schedule; or, once the retry window
+    since its webhook has passed, fail it with the reason."""
+    now = timezone.now()
+    give_up = dispatch.created_at + timedelta(hours=settings.DISPATCH_RETRY_WINDOW_HOURS)
+    if now >= give_up:
+        hours = settings.DISPATCH_RETRY_WINDOW_HOURS
+        ours = Dispatch.objects.filter(pk=dispatch.pk, status=Dispatch.Status.PENDING, updated_at=stamp)
+        last_error = f"{reason} (retried for {hours:g} h)"
+        failed = ours.update(status=Dispatch.Status.FAILED, retry_at=None, updated_at=now, last_error=last_error)
+        logger.warning("dispatch %s to %s failed after %g h: %s", dispatch.pk, dispatch.backend.repo, hours, reason)
+        return "failed" if failed else "skipped"
+    retry_at = min(now + timedelta(seconds=wait), give_up)  # the last try comes when the window closes
+    kept = _dispatch_renew(dispatch.pk, stamp, retry_at=retry_at, last_error=f"{reason}; tried again later")
+    return "pending" if kept else "skipped"
+
+
+def _dispatch_renew(dispatch_id: int, stamp: datetime, **fields: Any) -> datetime | None:
+    """Write to a row we claimed, keeping the claim fresh; None when another worker has taken it over."""
+    now = timezone.now()
+    kept = Dispatch.objects.filter(pk=dispatch_id, status=Dispatch.Status.PENDING, updated_at=stamp).update(
+        updated_at=now, **fields
+    )
+    return now if kept else None
+
+
+def _dispatch_finish(dispatch_id: int, *, status: str, trimmed: bool, last_error: str | None = None) -> None:
+    now = timezone.now()
+    fields: dict[str, Any] = {"status": status, "payload_trimmed": trimmed, "retry_at": None, "updated_at": now}
+    if status == Dispatch.Status.SENT:
+        fields["sent_at"] = now
+    if last_error is not None:
+        fields["last_error"] = last_error
+    Dispatch.objects.filter(pk=dispatch_id).update(**fields)
+
+
+def _dispatches_send_from(todo: "queue.SimpleQueue[int]", deadline: float, close: bool = True) -> Counter[str]:
+    """One sending thread: takes dispatches until none are left or the deadline passed (a slow one holds up no
+    other)."""
+    outcomes: Counter[str] = Counter()
+    try:
+        while time.monotonic() < deadline:
+            try:
+                dispatch_id = todo.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                outcomes[dispatch_send(dispatch_id=dispatch_id, deadline=deadline)] += 1
+            except Exception:
+                # The row stays claimed and pending: the sweeper sends it once the claim is stale.
+                logger.exception("dispatch %s crashed", dispatch_id)
+                outcomes["error"] += 1
+        return outcomes
+    finally:
+        if close:
+            connections.close_all()  # this thread's own connections: threads of a pool must not leak them
+
+
+def _dispatches_continue(dispatch_ids: list[int]) -> None:
+    try:
+        async_task("relay.tasks.dispatches_send", dispatch_ids)
+    except Exception:
+        # Unclaimed and pending, they are what the stale-dispatch schedule sends.
+        logger.exception("could not queue the continuation of %d dispatches", len(dispatch_ids))
+
+
+def _backoff(failures: int) -> float:
+    """Exponential backoff with equal jitter: spread retries of a fan-out that failed at once."""
+    ceiling = min(settings.DISPATCH_RETRY_MAX_SECONDS, settings.DISPATCH_RETRY_BASE_SECONDS * 2 ** (failures - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _later_backoff(dispatch: Dispatch) -> float:
+    """The wait before the next round once a round failed: as long as the dispatch has been failing (so the waits
+    double), at least a minute (the schedule's period), at most DISPATCH_RETRY_LATER_MAX_SECONDS; equal jitter."""
+    failing = (timezone.now() - dispatch.created_at).total_seconds()
+    ceiling = min(settings.DISPATCH_RETRY_LATER_MAX_SECONDS, max(60.0, failing))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value).encode())
+
+
+def _free_text_cut(value: Any, keep: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _free_text_cut_field(k, v, keep) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_free_text_cut(v, keep) for v in value]
+    return value
+
+
+def _free_text_cut_field(key: str, value: Any, keep: int) -> Any:
+    if key in FREE_TEXT_KEYS and isinstance(value, str) and len(value) > keep:
+        return value[:keep] + TRIM_MARK
+    return _free_text_cut(value, keep)
