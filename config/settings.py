@@ -231,9 +231,8 @@ DISPATCH_RETRY_WINDOW_HOURS = env.float("DISPATCH_RETRY_WINDOW_HOURS", default=Z
 DISPATCH_RETRY_LATER_MAX_SECONDS = env.float("DISPATCH_RETRY_LATER_MAX_SECONDS", default=1800.0)
 
 # Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
-# {"L4": {"queue_avg_minutes": 20}}. READINESS_FIGURES names the function that computes the figures (the HUD's).
+# {"L4": {"queue_avg_minutes": 20}}. The figures they are read against come from the HUD (``gates.figures_from``).
 LEVEL_GATES = env.json("LEVEL_GATES", default={})
-READINESS_FIGURES = "hud.figures.queries.readiness_figures"
 # On-call notifications (relay/alerts/notify.py): tries per notification, first retry delay (doubling), the public URL
 # the messages link to, and Django's email backend (EMAIL_URL, e.g. smtp+tls://user:pass@host:587) and sender.
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)

@@ -34,4 +34,11 @@ class HudConfig(AppConfig):
     verbose_name = "HUD"
 
     def ready(self) -> None:
+        from hud import tasks
+        from hud.figures import queries
+        from ootci import gates, replication
+
         connection_created.connect(add_sqlite_functions)
+        # ootci never imports the read side: the HUD hands it what the write side and the level gates call.
+        gates.figures_from(queries.readiness_figures)
+        replication.replicate_with(tasks.clickhouse_replicate_soon)

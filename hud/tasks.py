@@ -1,5 +1,7 @@
 """django-q2 tasks of the HUD: thin, argument-free or id-taking, and safe to run twice."""
 
+from django_q.tasks import async_task
+
 from hud.figures import queries
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_cases, copy_jobs
@@ -16,6 +18,11 @@ def clickhouse_replicate() -> int:
     if not clickhouse.is_configured():
         return 0
     return copy_jobs.replicate() + copy_cases.replicate()
+
+
+def clickhouse_replicate_soon() -> None:
+    """Enqueue one replication run (``ootci.replication`` calls this after job-result writes)."""
+    async_task("hud.tasks.clickhouse_replicate", task_name="clickhouse_replicate")
 
 
 def figures_refresh() -> None:

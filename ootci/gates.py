@@ -9,8 +9,8 @@ level's gates over the last ``PROMOTION_DAYS`` and for keeping its level against
 
 Every gate is "value strictly under the limit", compared on exact integers or unrounded figures (a rate as
 ``100 × part < limit × whole``), so a fixture at a threshold's edge lands on the side this module says. The figures
-come from the HUD's stores (``settings.READINESS_FIGURES``, ``hud.figures.queries.readiness_figures``): ootci does not
-import the read side, and this module is pure (figures and a level in, a verdict out).
+come from the HUD's stores, which register their function at start-up (:func:`figures_from`): ootci does not import
+the read side, and this module is pure (figures and a level in, a verdict out).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 from django.conf import settings
-from django.utils.module_loading import import_string
+from django.core.exceptions import ImproperlyConfigured
 
 from ootci import levels
 
@@ -83,7 +83,7 @@ class WindowFigures:
         return self._rate(self.successes)
 
     @property
-    def test_failure_rate(self) -> float | None:
+    def failed_tests_rate(self) -> float | None:
         return self._rate(self.test_failures)
 
     @property
@@ -221,9 +221,19 @@ def judge(
 Figures = dict[int, tuple[WindowFigures, WindowFigures]]  # backend id → (promotion window, demotion window)
 
 
+_source: dict[str, Callable[..., Figures]] = {}
+
+
+def figures_from(source: Callable[..., Figures]) -> None:
+    """Register the function that computes readiness figures (keyword ``now``): the HUD's, when its app is ready."""
+    _source["figures"] = source
+
+
 def figures_source() -> Callable[..., Figures]:
-    """The function that computes readiness figures (``settings.READINESS_FIGURES``; keyword ``now``)."""
-    return import_string(settings.READINESS_FIGURES)
+    """The function that computes readiness figures (:func:`figures_from`)."""
+    if "figures" not in _source:
+        raise ImproperlyConfigured("No readiness figures: add the hud app to INSTALLED_APPS, which registers them.")
+    return _source["figures"]
 
 
 def empty_figures() -> tuple[WindowFigures, WindowFigures]:

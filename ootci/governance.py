@@ -47,8 +47,9 @@ def readiness_record(r: gates.Readiness) -> dict:
         record[key] = record[key].isoformat() if record[key] else None
     for side in ("promotion", "demotion"):
         f = getattr(r, side)
-        rates = ("total", "success_rate", "test_failure_rate", "infra_failure_rate", "overrun_rate", "timeout_rate")
+        rates = ("total", "success_rate", "infra_failure_rate", "overrun_rate", "timeout_rate")
         record[side] |= {name: getattr(f, name) for name in (*rates, "queue_avg_minutes", "e2e_p50_hours")}
+        record[side]["test_failure_rate"] = f.failed_tests_rate
     return record
 
 

@@ -1,21 +1,29 @@
 """The write side's hook into ClickHouse replication, so that writers of JobResult need not import hud.
 
 Call `job_results_changed()` after creating or updating JobResult rows (inside the transaction or not).
-When CLICKHOUSE_URL is set it enqueues `hud.tasks.clickhouse_replicate` once the transaction commits;
-a burst of writes enqueues one task, as the flag below stays up until that task starts reading.
+When CLICKHOUSE_URL is set it calls the HUD's enqueue function (registered at start-up, :func:`replicate_with`) once
+the transaction commits; a burst of writes enqueues one task, as the flag below stays up until that task starts
+reading.
 
 Replication follows `JobResult.updated_at`: a write that skips `save()` (`QuerySet.update`,
 `bulk_update`) must set `updated_at=timezone.now()` itself or the change is never copied.
 """
 
+from collections.abc import Callable
+
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django_q.tasks import async_task
 
 PENDING_KEY = "ootci:clickhouse-replication-pending"
 # If the enqueued task is lost, the flag expires and the every-minute schedule covers the gap.
 PENDING_TIMEOUT = 120
+_replicator: dict[str, Callable[[], None]] = {}
+
+
+def replicate_with(enqueue: Callable[[], None]) -> None:
+    """Register the function that enqueues one replication run (the HUD's, when its app is ready)."""
+    _replicator["enqueue"] = enqueue
 
 
 def job_results_changed() -> None:
@@ -33,5 +41,5 @@ def replication_started() -> None:
 
 
 def _enqueue_once() -> None:
-    if cache.add(PENDING_KEY, 1, timeout=PENDING_TIMEOUT):
-        async_task("hud.tasks.clickhouse_replicate", task_name="clickhouse_replicate")
+    if "enqueue" in _replicator and cache.add(PENDING_KEY, 1, timeout=PENDING_TIMEOUT):
+        _replicator["enqueue"]()

@@ -16,3 +16,15 @@ def schedule_installed(*, name: str, func: str, minutes: int) -> migrations.RunP
         apps.get_model("django_q", "Schedule").objects.filter(name=name).delete()
 
     return migrations.RunPython(create, remove)
+
+
+def schedule_renamed(*, old: str, new: str) -> migrations.RunPython:
+    """A migration operation that points the schedules running task ``old`` at its new name ``new`` (and back)."""
+
+    def rename(from_func: str, to_func: str):
+        def run(apps, schema_editor):
+            apps.get_model("django_q", "Schedule").objects.filter(func=from_func).update(func=to_func)
+
+        return run
+
+    return migrations.RunPython(rename(old, new), rename(new, old))

@@ -90,14 +90,14 @@ def job_reports_pull(job_id: int, attempt: int = 1) -> dict[str, int]:
     return pull.job_reports_pull(job_id=job_id, attempt=attempt)
 
 
-def test_report_parse(report_id: int) -> str:
+def report_parse(report_id: int) -> str:
     """Enqueued on commit when a report's raw bytes are stored (pulled, uploaded or marked for re-parse)."""
-    return pull.test_report_parse(report_id=report_id)
+    return pull.report_parse(report_id=report_id)
 
 
-def test_reports_clean() -> int:
-    """Scheduled daily (relay/migrations/0005_test_reports_clean_schedule.py)."""
-    return pull.test_reports_clean()
+def reports_clean() -> int:
+    """Scheduled daily (relay/migrations/0005_test_reports_clean_schedule.py, renamed in 0008)."""
+    return pull.reports_clean()
 
 
 # --- failed jobs' logs -------------------------------------------------------------------------------------------

@@ -207,7 +207,7 @@ def running_for(moment: datetime | None) -> str:
 
 
 @register.filter
-def test_url(generic_id: str) -> str:
+def history_url(generic_id: str) -> str:
     """The test page of a generic test id; "" for an id no URL can carry (empty, or with a line break)."""
     try:
         return reverse("hud:test", args=[generic_id]) if generic_id else ""

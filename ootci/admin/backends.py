@@ -232,7 +232,7 @@ def readiness_table(r: gates.Readiness):
         r.promotion.days,
         r.promotion.total,
         _pct(r.promotion.success_rate),
-        _pct(r.promotion.test_failure_rate),
+        _pct(r.promotion.failed_tests_rate),
         _pct(r.promotion.infra_failure_rate),
     )
 

@@ -15,7 +15,7 @@ from django.db import transaction
 from ootci.failures.regex import regex_problem
 from ootci.models import Backend, FailureClass, FailureRule, JobFailure
 
-DEFAULT_RULES = Path(__file__).with_name("failure_rules.toml")
+DEFAULT_RULES = Path(__file__).with_name("rules.toml")
 FIELDS = ("name", "class", "priority", "regex", "backend", "enabled", "notes")
 
 
@@ -33,7 +33,7 @@ def failure_verdict(
     1. relay facts: timed out by the sweeper (a lost dispatch has no job at all and is counted as infra by the HUD);
     2. the failed step: runner set-up and checkout failures are infra whatever the log says;
     3. the matched log rule, unless its class is ``unknown``;
-    4. the parsed test report (``report_class``: see relay.reports.logs.test_report_class);
+    4. the parsed test report (``report_class``: see relay.reports.logs.parsed_report_class);
     5. the callback's test results: a ``failure`` with failed tests is a test failure;
     6. otherwise infra: nothing says the code under test broke.
     """

@@ -11,7 +11,7 @@ from django.db import migrations, models
 def default_rules_install(apps, schema_editor):
     """The default rule set (ootci/failures/rules.toml) as it is at this migration; later edits are the admin's."""
     FailureRule = apps.get_model("ootci", "FailureRule")
-    text = (Path(__file__).parent.parent / "failure_rules.toml").read_text()
+    text = (Path(__file__).parent.parent / "failures" / "rules.toml").read_text()
     for rule in tomllib.loads(text)["rule"]:
         FailureRule.objects.get_or_create(
             name=rule["name"],

@@ -138,6 +138,6 @@ class _BytesStream:
         return chunk
 
 
-def test_reports() -> Blobs:
+def reports_store() -> Blobs:
     """The store of raw test reports and job logs (TEST_REPORTS_URL)."""
     return Blobs(settings.TEST_REPORTS_URL, setting="TEST_REPORTS_URL")

@@ -113,7 +113,7 @@ def report_parse(stream: BinaryIO, *, compressed_size: int, encoding: str = "", 
 def stored_report_parse(report: TestReport) -> Parsed:
     """Parse ``report`` from its raw bytes in the intermediate store (TEST_REPORTS_URL) for its backend's device;
     raises ReportRefused, blobs.Missing when the bytes are gone, or the store's error."""
-    with blobs.test_reports().open(report.store_key) as stream:
+    with blobs.reports_store().open(report.store_key) as stream:
         return report_parse(
             stream,
             compressed_size=report.size,
@@ -133,7 +133,7 @@ class DeviceNames:
         self.klass = re.compile(rf"({alternatives})(?=$|[^a-z0-9])", re.IGNORECASE)
         self.test = re.compile(rf"(?<=[_\[\-.])({alternatives})(?=$|[_\]\-.:0-9])", re.IGNORECASE)
 
-    def test_id(self, file: str, klass: str, name: str) -> str:
+    def generic_id(self, file: str, klass: str, name: str) -> str:
         klass = self.klass.sub("{DEVICE}", klass)
         name = self.test.sub("{device}", name)
         return "::".join(part for part in (file, klass, name) if part)[:TEST_ID_CAP]
@@ -295,7 +295,7 @@ def _case(element, renamer: DeviceNames) -> Case:
         file=file[:500],
         classname=classname,
         name=name,
-        test_id=renamer.test_id(file, klass, name),
+        test_id=renamer.generic_id(file, klass, name),
         status=status,
         duration=duration if duration < 1e9 else 0.0,
         reruns=reruns,

@@ -1,4 +1,4 @@
-"""The relay's admin: webhook deliveries and their dispatches, and test reports; importing the package registers
-them."""
+"""The relay's admin: webhook deliveries and their dispatches, test reports, failed jobs' classifications.
+Importing the package registers them all."""
 
-from relay.admin import deliveries, reports  # noqa: F401  (they register their models)
+from relay.admin import deliveries, failures, reports  # noqa: F401  (they register their models)

@@ -21,5 +21,5 @@ class TestReportAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Re-parse the selected reports from the stored bytes", permissions=["reparse"])
     def reparse(self, request, queryset) -> None:
-        count = pull.test_reports_reparse(report_ids=list(queryset.values_list("pk", flat=True)))
+        count = pull.reports_reparse(report_ids=list(queryset.values_list("pk", flat=True)))
         messages.success(request, f"{count} report(s) queued for parsing again.")

@@ -1,13 +1,13 @@
 """The raw webhook archive (ARCHIVE_URL; keys ``<prefix>/YYYY/MM/DD/<delivery id>.json`` so that a day's deliveries
 list together), in the intermediate store of ``ootci.reports.blobs``, which also keeps the raw test reports and job logs
-(``test_reports()``, TEST_REPORTS_URL).
+(``reports_store()``, TEST_REPORTS_URL).
 """
 
 from datetime import datetime
 
 from django.conf import settings
 
-from ootci.reports.blobs import CHUNK, ArchiveError, Blobs, key_part, test_reports
+from ootci.reports.blobs import CHUNK, ArchiveError, Blobs, key_part, reports_store
 
 __all__ = [
     "CHUNK",
@@ -16,7 +16,7 @@ __all__ = [
     "archive_key",
     "archive_put",
     "key_part",
-    "test_reports",
+    "reports_store",
     "webhook_archive",
 ]
 

@@ -189,4 +189,4 @@ def _redis() -> redis.Redis:
 def _store() -> archive.Blobs:
     if settings.ARCHIVE_URL:
         return archive.webhook_archive()
-    return archive.test_reports()
+    return archive.reports_store()

@@ -62,7 +62,7 @@ def rules_for(*, backend_id: int | None) -> list[Rule]:
     return [Rule(r.pk, r.name, r.regex, r.failure_class, r.priority) for r in found]
 
 
-def test_report_class(job: JobResult) -> str:
+def parsed_report_class(job: JobResult) -> str:
     """The class the job's parsed test report gives ("test" when it lists failed tests), "" when none is known.
 
     The hook for the per-test results (issue 14): until a parsed report is stored, no report decides.
@@ -95,7 +95,7 @@ def job_log_store(*, job: JobResult, stream: BinaryIO) -> JobFailure:
     """Keep an uploaded log (non-GitHub CI) and queue its classification; returns the row naming the stored log."""
     found = JobFailure.objects.filter(job=job).first() or JobFailure(job=job)
     counted = _Counted(stream, settings.JOB_LOG_MAX_BYTES)
-    archive.test_reports().put(log_key(job), counted, content_type="text/plain")
+    archive.reports_store().put(log_key(job), counted, content_type="text/plain")
     found.log_key, found.log_sha256, found.log_bytes = log_key(job), counted.sha256(), counted.size
     found.save()
     transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)
@@ -106,7 +106,7 @@ def job_logs_clean(*, now: datetime | None = None) -> int:
     """Delete raw logs older than JOB_LOG_RETENTION_DAYS from the store. Their verdicts stay; the rows stop naming
     the deleted bytes, so a re-classification fetches the log again (GitHub) or classifies without one (upload)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.JOB_LOG_RETENTION_DAYS)
-    old = archive.test_reports().expired_delete(LOG_PREFIX + "/", cutoff=cutoff)
+    old = archive.reports_store().expired_delete(LOG_PREFIX + "/", cutoff=cutoff)
     if old:
         JobFailure.objects.filter(log_key__in=old).update(log_key="")
     return len(old)
@@ -131,7 +131,7 @@ def _github_log_fetch(job: JobResult, found: JobFailure) -> None:
     try:
         response.raw.decode_content = True
         counted = _Counted(response.raw, settings.JOB_LOG_MAX_BYTES)
-        archive.test_reports().put(log_key(job), counted, content_type="text/plain")
+        archive.reports_store().put(log_key(job), counted, content_type="text/plain")
     finally:
         response.close()
     found.log_key, found.log_sha256, found.log_bytes = log_key(job), counted.sha256(), counted.size
@@ -149,7 +149,7 @@ def _job_named(jobs: list[dict], name: str) -> dict | None:
 
 def _classified(found: JobFailure, backend_id: int) -> Classification | None:
     try:
-        with archive.test_reports().open(found.log_key) as stream:
+        with archive.reports_store().open(found.log_key) as stream:
             return log_classify(stream, rules_for(backend_id=backend_id))
     except (OSError, archive.ArchiveError) as e:
         found.problem = f"The log could not be read: {e}"[:500]
@@ -163,7 +163,7 @@ def _verdict_store(job: JobResult, found: JobFailure, classification: Classifica
         relay_decided=job.relay_decided,
         step_class=step_class,
         rule_class=match.rule.failure_class if match else "",
-        report_class=test_report_class(job),
+        report_class=parsed_report_class(job),
         callback_test_failure=job.conclusion == "failure" and bool(job.failed or job.failed_tests),
     )
     found.failure_class, found.source = verdict.failure_class, verdict.source

@@ -94,7 +94,7 @@ def report_store(
     parse. Returns (report, created): the same bytes again are the report already kept. With ``only_one`` another
     report of the attempt is a conflict (UploadRefused 409)."""
     key = report_key(job, received.digest)
-    archive.test_reports().put(key, received.spool)  # before the row: a row never points at missing bytes
+    archive.reports_store().put(key, received.spool)  # before the row: a row never points at missing bytes
     with transaction.atomic():
         JobResult.objects.select_for_update().filter(pk=job.pk).first()  # one report decision per attempt at a time
         existing = TestReport.objects.filter(job=job).order_by("id")
@@ -114,7 +114,7 @@ def report_store(
             content_encoding=content_encoding[:20],
             store_key=key,
         )
-        transaction.on_commit(lambda: async_task("relay.tasks.test_report_parse", report.pk), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.report_parse", report.pk), robust=True)
     return report, True
 
 
@@ -252,7 +252,7 @@ def job_reports_pull_wanted(job: JobResult) -> None:
 # --- parsing ----------------------------------------------------------------------------------------------------------
 
 
-def test_report_parse(*, report_id: int) -> str:
+def report_parse(*, report_id: int) -> str:
     """Parse a pending report from the intermediate store; all its rows or none. Safe to run twice."""
     with transaction.atomic():
         report = TestReport.objects.select_for_update().select_related("job__backend").filter(pk=report_id).first()
@@ -319,7 +319,7 @@ def job_counts_from_reports(job: JobResult) -> None:
         check_runs.check_run_after_report(job=job, pull_request_id=job.dispatch.delivery.pull_request_id)
 
 
-def test_reports_reparse(*, report_ids: list[int] | None = None, states: tuple[str, ...] = ()) -> int:
+def reports_reparse(*, report_ids: list[int] | None = None, states: tuple[str, ...] = ()) -> int:
     """Mark reports pending again and queue their parse: the given ids, or every report in ``states``."""
     rows = TestReport.objects.all()
     if report_ids is not None:
@@ -331,14 +331,14 @@ def test_reports_reparse(*, report_ids: list[int] | None = None, states: tuple[s
     TestReport.objects.filter(pk__in=ids, state=TestReport.State.PARSED).update(replaced=True)
     TestReport.objects.filter(pk__in=ids).update(state=TestReport.State.PENDING, reason="")
     for pk in ids:
-        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.test_report_parse", pk), robust=True)
+        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.report_parse", pk), robust=True)
     return len(ids)
 
 
-def test_reports_clean(*, now=None) -> int:
+def reports_clean(*, now=None) -> int:
     """Delete raw reports older than TEST_REPORTS_RETENTION_DAYS from the store (their parsed rows stay)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.TEST_REPORTS_RETENTION_DAYS)
-    old = archive.test_reports().expired_delete(PREFIX + "/", cutoff=cutoff)
+    old = archive.reports_store().expired_delete(PREFIX + "/", cutoff=cutoff)
     if old:
         # A parsed report keeps its rows; one never parsed can no longer be, and says so.
         TestReport.objects.filter(Q(store_key__in=old), state=TestReport.State.PENDING).update(

@@ -113,7 +113,7 @@ def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks
     tasks.clickhouse_replicate()  # the overlap reads the report again
 
     with django_capture_on_commit_callbacks(execute=True):
-        pull.test_reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
+        pull.reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
     tasks.clickhouse_replicate()
 
     assert cursor().rows_copied >= 3 * 22  # every case sent at least three times
@@ -140,7 +140,7 @@ def reparse(report: TestReport, data: bytes, tmp_path, capture) -> TestReport:
     """Parse ``report`` again from ``data`` put in place of its stored bytes (as a parser change would read them)."""
     (tmp_path / "reports" / report.store_key).write_bytes(data)
     with capture(execute=True):
-        pull.test_reports_reparse(report_ids=[report.pk])
+        pull.reports_reparse(report_ids=[report.pk])
     report.refresh_from_db()
     return report
 
@@ -188,7 +188,7 @@ def test_a_re_parse_still_pending_keeps_its_mark_and_the_cases_until_it_ends(
     report = parsed(junit_xml(passed=4, failed=1))
     tasks.clickhouse_replicate()
 
-    pull.test_reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
+    pull.reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
     tasks.clickhouse_replicate()
 
     assert len(cases()) == 5

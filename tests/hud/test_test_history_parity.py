@@ -70,8 +70,8 @@ def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tm
     report = report_with(job(npu, name="t"), {"test_x.TestX::test_once": "failed"})
     settings.CLICKHOUSE_URL = url
     tasks.clickhouse_replicate()
-    pull.test_reports_reparse(report_ids=[report.pk])
-    pull.test_report_parse(report_id=report.pk)
+    pull.reports_reparse(report_ids=[report.pk])
+    pull.report_parse(report_id=report.pk)
     tasks.clickhouse_replicate()
 
     from_database, from_clickhouse = both_stores(

@@ -55,4 +55,4 @@ def test_no_jobs_is_no_data_and_no_gate_passes():
 def test_success_and_failure_rates_gate_nothing():
     r = gates.judge("L2", good(14, successes=1, test_failures=99), good(7), failing_since=None, now=NOW)
 
-    assert (r.verdict, r.promotion.success_rate, r.promotion.test_failure_rate) == ("eligible", 1.0, 99.0)
+    assert (r.verdict, r.promotion.success_rate, r.promotion.failed_tests_rate) == ("eligible", 1.0, 99.0)

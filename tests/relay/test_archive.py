@@ -84,7 +84,7 @@ def test_the_intermediate_store_keeps_streams_and_lists_them_for_retention(where
         settings.TEST_REPORTS_URL = "s3://reports/raw"
     else:
         settings.TEST_REPORTS_URL = tmp_path.as_uri()
-    store = archive.test_reports()
+    store = archive.reports_store()
     big = io.BytesIO(b"x" * (3 * archive.CHUNK + 5))
     url = store.put("npu/123/1/abc.xml", big)
     store.put("npu/124/1/def.zip", b"zip")
@@ -100,4 +100,4 @@ def test_the_intermediate_store_keeps_streams_and_lists_them_for_retention(where
 def test_a_store_url_that_is_neither_s3_nor_a_folder_is_refused(settings):
     settings.TEST_REPORTS_URL = "ftp://host/x"
     with pytest.raises(archive.ArchiveError, match="TEST_REPORTS_URL must be s3://bucket/prefix or file:///path"):
-        archive.test_reports()
+        archive.reports_store()

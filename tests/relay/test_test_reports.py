@@ -200,8 +200,8 @@ def test_raw_reports_past_retention_are_deleted_and_parsed_rows_stay(downstream,
     job = completed(ci, artifact_url="")
     upload(ci, job, junit_xml())
     settings.TEST_REPORTS_RETENTION_DAYS = 30
-    assert pull.test_reports_clean() == 0
-    assert pull.test_reports_clean(now=timezone.now() + timedelta(days=31)) == 1
+    assert pull.reports_clean() == 0
+    assert pull.reports_clean(now=timezone.now() + timedelta(days=31)) == 1
     assert not any(p.is_file() for p in store.rglob("*"))
     assert TestCase.objects.count() == 4  # junit_xml(): three passes, one failure
 

@@ -102,7 +102,7 @@ class Command(BaseCommand):
             self.pushes_and_nightlies(backends)
             Dispatch.objects.bulk_create(self.dispatches, batch_size=2000)
             JobResult.objects.bulk_create(self.jobs, batch_size=2000)
-            self.test_reports()
+            self.reports_seeded()
             self.rejections()
         self.stdout.write(
             f"Demo data: {len(backends)} backends, "
@@ -331,7 +331,7 @@ class Command(BaseCommand):
                     run_id=run_id,
                 )
 
-    def test_reports(self) -> None:
+    def reports_seeded(self) -> None:
         """Parsed reports for the latest completed jobs that reported counts: thousands of cases each, of which the
         named TESTS are stored: the job's failed tests with messages, the others passed (a few on a rerun). As the
         parser would write them (the raw bytes are not in the demo store: a re-parse of a demo report fails, and

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from ootci.models import TestReport
-from relay.reports.pull import test_reports_reparse
+from relay.reports.pull import reports_reparse
 
 
 class Command(BaseCommand):
@@ -23,5 +23,5 @@ class Command(BaseCommand):
     def handle(self, *args, ids: list[int], state: list[str] | None, **options):
         states = tuple(state or ([] if ids else [TestReport.State.PENDING, TestReport.State.FAILED]))
         with transaction.atomic():
-            count = test_reports_reparse(report_ids=ids or None, states=states)
+            count = reports_reparse(report_ids=ids or None, states=states)
         self.stdout.write(f"{count} report(s) queued for parsing.")
