@@ -1,7 +1,7 @@
 """Every failing test of a backend, classified: new on this PR, already failing, only on this backend, flaky, with a
 flakiness score and since when it fails. The rules are written once, here, over rows that either case store gives
 (``hud.stores.db.failing`` from PostgreSQL, ``hud.stores.clickhouse.failing`` from `oot_test_case`); which jobs to read
-(the PR head's, the baseline's, the other backends') comes from ``hud.failing.runs``.
+(the PR head's, the baseline's, the other backends') comes from ``hud.failing.queries``.
 
 The classes (README "Failing tests"), for a test failing in a latest attempt of the backend's jobs at the target SHA:
 
@@ -26,17 +26,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
-from hud.stores.base import FallbackStore
+from hud.stores.base import CASE_COUNTED as COUNTED  # COUNTED: the results a flip is counted between
+from hud.stores.base import CASE_FAILING as FAILING
+from hud.stores.base import CASE_PASSED as PASSED
+from hud.stores.base import CaseRows
 from hud.stores.types import BackendInfo
-from ootci.models import TestCase
 
 HISTORY = 20  # results per test the flakiness score and "since" read
 CAP = 500  # failing tests classified per backend and SHA (the first by test id); the total is always counted
-FAILING = tuple(str(s) for s in TestCase.FAILING)
-PASSED = str(TestCase.Status.PASSED)
-COUNTED = (PASSED, *FAILING)  # the results a flip is counted between
 BASELINE_EVENTS = ("nightly", "push")
 
 
@@ -371,40 +369,8 @@ def failing_since(history: list[dict]) -> tuple[datetime | None, str, int]:
 # --- reading: one pass over the case store for any number of targets -------------------------------------------------
 
 
-class CaseStore(Protocol):
-    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
-        """The failing cases (job_id, test_id, status, reruns, message) of the jobs, by job, report, then case."""
-
-    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
-        """Every case (job_id, test_id, status, reruns) of ``test_ids`` in the jobs."""
-
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
-        """The last ``limit`` passed or failing results (backend_id, test_id, status, job_id, job_sha, at = report
-        time) of each test of ``tests`` (backend id → test ids) on its backend, newest first (report time, report,
-        case)."""
-
-
-class FallbackCases(FallbackStore):
-    """The case store with ClickHouse configured: the reads by job from the database, the history from ClickHouse,
-    which the database answers when ClickHouse fails (as ``hud.stores.base.FallbackStore``).
-
-    The failing cases of given jobs, and given tests' cases in given jobs, are point reads that the database answers
-    from its (job, status) index in milliseconds (it keeps every case); ClickHouse, whose sorting key starts with the
-    test (generic_id, backend_id), scans the job column for them (0.1–0.5 s each on 10 million cases). The history, the
-    last results of each test on its backend, is a read by key there."""
-
-    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
-        return self.fallback.failing_cases(job_ids=job_ids)
-
-    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
-        return self.fallback.cases_of(job_ids=job_ids, test_ids=test_ids)
-
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
-        return self._read("history", tests=tests, limit=limit)
-
-
 def classified(
-    store: CaseStore, targets: list[Target], *, failing: dict[int, list[dict]] | None = None
+    store: CaseRows, targets: list[Target], *, failing: dict[int, list[dict]] | None = None
 ) -> list[BackendFailing]:
     """Each target classified, from three reads of the case store whatever the number of targets (two when the
     failing cases of the targets' jobs are given, by job)."""

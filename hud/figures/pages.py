@@ -9,8 +9,8 @@ deliveries, callback rejections, PR titles) is read here from the database. Lost
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +24,7 @@ from hud.stores.base import (
     collect,
     job_from_row,
     latest_attempts,
+    lost_rows,
     summary_asks,
     summary_from,
 )
@@ -54,34 +55,6 @@ def figures(store: Store, windows: Windows, asks: list[Ask], backend_id: int | N
     """The figures asked for: each window's latest attempts from the store, its lost dispatches from the database."""
     rows = store.figure_rows(windows=windows, asks=asks, backend_id=backend_id)
     return collect(asks, rows + lost_rows(windows, asks, backend_id))
-
-
-def lost_rows(windows: Windows, asks: list[Ask], backend_id: int | None) -> list[dict]:
-    """The lost dispatches the stats and daily figures count (``lost:w`` per backend, ``lostday:w`` per backend and
-    UTC day, as ``store.collect`` reads them), found once since the earliest window and counted per window here."""
-    counted = [("stats" if kind == "gates" else kind, w) for kind, w in asks if kind in ("stats", "daily", "gates")]
-    if not counted:
-        return []
-    lost = Dispatch.objects.lost(since=min(windows[w][1] for _, w in counted))
-    lost = lost.filter(delivery__event__in={windows[w][0] for _, w in counted})
-    if backend_id is not None:
-        lost = lost.filter(backend_id=backend_id)
-    found = list(lost.order_by().values_list("backend_id", "delivery__event", "created_at"))
-    rows = []
-    for kind, w in counted:
-        event, since = windows[w]
-        mine = [(bid, at) for bid, ev, at in found if ev == event and at >= since]
-        if kind == "stats":
-            rows += [
-                {"kind": f"lost:{w}", "backend_id": bid, "total": n} for bid, n in Counter(b for b, _ in mine).items()
-            ]
-        else:
-            days = Counter((bid, at.astimezone(UTC).date()) for bid, at in mine)
-            rows += [
-                {"kind": f"lostday:{w}", "backend_id": bid, "day": day, "ok": 0, "total": n}
-                for (bid, day), n in days.items()
-            ]
-    return rows
 
 
 def backend_stats(

@@ -1,4 +1,7 @@
-"""Every figure the HUD shows, behind one interface (pages and the JSON API call only this module).
+"""The figures of the HUD's overview, backend, PR, job and metrics pages (and the same in the JSON API), cached.
+
+The failing tests, failure lines and per-test history are read by their own features (``hud.failing.queries``,
+``hud.history.queries``); the backends shown by ``hud.stores.allowlisted``.
 
 How we count (the pages repeat this in their "how we count" note):
 
@@ -28,40 +31,26 @@ database (``hud.stores.db.jobs``), or with ``CLICKHOUSE_URL`` set the ClickHouse
 both return the same rows on the same data, and the pages are assembled from them once (``hud.figures.pages``), so both
 give identical figures (tests/hud/test_clickhouse_parity.py). Outcome, finish time and tested SHA are the JobResult
 columns that ``ootci.models`` defines; the levels shown come from ``ootci.levels.shown_on_hud()``. When a ClickHouse
-read fails, the database answers and the page says so (:func:`fallback_reason`, shown by ``base.html``).
+read fails, the database answers and the page says so (``hud.stores.fallback``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
-from time import monotonic
-from time import time as wall_time
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
-from hud.failing import lines, runs
-from hud.failing.classes import BackendFailing, CaseStore, FallbackCases
-from hud.failing.classes import summary_line as failing_summary_line  # noqa: F401 - the views and API name it here
 from hud.figures import pages
-from hud.figures.pages import PER_PAGE as PER_PAGE
-from hud.figures.pages import natural_key as natural_key
-from hud.history import assembly, results
 from hud.readiness import figures as hud_readiness
-from hud.stores import softcache
-from hud.stores.base import FallbackStore, Store
-from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse.failing import ClickHouseCases
-from hud.stores.clickhouse.history import ClickHouseStore as TestHistoryClickHouse
+from hud.stores import allowlisted, softcache
+from hud.stores.base import Store, now_or, since
 from hud.stores.clickhouse.jobs import ClickHouseStore
-from hud.stores.db.failing import DatabaseCases
-from hud.stores.db.history import DatabaseStore as TestHistoryDatabase
 from hud.stores.db.jobs import DatabaseStore
+from hud.stores.fallback import FallbackStore, clickhouse_failed, source, unit_of_work
 from hud.stores.types import (
+    EVENTS,
     BackendInfo,
     BackendStats,
     DayRate,
@@ -74,11 +63,8 @@ from hud.stores.types import (
     RelayHealth,
     Summary,
 )
-from hud.stores.types import Counts as Counts  # re-exported, as PER_PAGE and natural_key: callers name them from here
 from ootci import gates, governance, levels
-from ootci.models import Backend
 
-EVENTS = ("pull_request", "push", "nightly", "periodic")
 SPARK_DAYS = 14
 
 
@@ -86,60 +72,8 @@ def store() -> Store:
     """The store every query reads: ClickHouse when configured (falling back to the database), else the database."""
     if source() != "clickhouse":
         return DatabaseStore()
-    return FallbackStore(ClickHouseStore(), DatabaseStore(), failed=_clickhouse_failed)
+    return FallbackStore(ClickHouseStore(), DatabaseStore(), failed=clickhouse_failed)
 
-
-def case_store() -> CaseStore:
-    """The test cases the failing-tests view reads, as ``store`` picks job results."""
-    if source() != "clickhouse":
-        return DatabaseCases()
-    return FallbackCases(ClickHouseCases(), DatabaseCases(), failed=_clickhouse_failed)
-
-
-# --- ClickHouse outages: the database answers, the page says so ----------------------------------
-
-# After a failed ClickHouse read, this process reads the database for this long before trying ClickHouse again,
-# so that an outage costs one failed attempt (perhaps a connect timeout) per interval, not one per figure.
-RETRY_CLICKHOUSE_SECONDS = 30.0
-_outage = {"until": 0.0, "reason": ""}
-_fallback: ContextVar[str] = ContextVar("hud_fallback", default="")
-
-
-def source() -> str:
-    """Which store answers now: "clickhouse" (configured, not failing) or "database"."""
-    if not clickhouse.is_configured():
-        return "database"
-    if monotonic() < _outage["until"]:
-        _fallback.set(_outage["reason"])
-        return "database"
-    return "clickhouse"
-
-
-def fallback_reason() -> str:
-    """Why this request's figures came from the database instead of ClickHouse ("" when they did not)."""
-    return _fallback.get()
-
-
-@contextmanager
-def unit_of_work(*, linger: bool = False) -> Iterator[None]:
-    """One page or API request: one ClickHouse client at most (opened on the first read) and its own fallback note.
-    With ``linger`` (a request, not a task) an embedded engine stays open for the next request a moment longer."""
-    token = _fallback.set("")
-    try:
-        with clickhouse.session(linger=linger):
-            yield
-    finally:
-        _fallback.reset(token)
-
-
-def _clickhouse_failed(reason: str) -> None:
-    """A ClickHouse read failed: the database answers every read for RETRY_CLICKHOUSE_SECONDS, and this request's
-    page says why (``fallback_reason``)."""
-    _outage.update(until=monotonic() + RETRY_CLICKHOUSE_SECONDS, reason=reason)
-    _fallback.set(reason)
-
-
-# --- figures: computed by one refresh path, served from the cache -------------------------------------------------
 
 # Every cached figure: its name → the store call that computes it from its cache key (and ``now``).
 FIGURES: dict[str, Callable[..., Any]] = {
@@ -153,7 +87,6 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "relay": lambda days, now=None: pages.relay_health(since=since(days, now)),
     "summary": lambda days, event, spark_since, now=None: summary_compute(days, event, spark_since, now_or(now)),
 }
-_refreshing: ContextVar[bool] = ContextVar("hud_refreshing", default=False)  # in figures_refresh: skip cache reads
 
 
 def summary_compute(days: int, event: str, spark_since: datetime | None, now: datetime) -> Summary:
@@ -168,25 +101,7 @@ def cached(name: str, *key, now: datetime | None = None):
     parity checks) always compute."""
     if now is not None or not settings.HUD_CACHE_SECONDS:
         return FIGURES[name](*key, now=now)
-    return through_cache(name, key, lambda: FIGURES[name](*key))
-
-
-def through_cache(name: str, key: tuple, compute: Callable[[], Any]) -> Any:
-    """``compute()`` as cached under ``name`` and ``key`` (by the store answering) less than HUD_CACHE_SECONDS ago,
-    else computed and cached."""
-    answering = source()  # each store's figures under their own keys
-    entry = None if _refreshing.get() else softcache.get(figure_key(answering, name, key))
-    if entry is not None and wall_time() - entry[0] < settings.HUD_CACHE_SECONDS:
-        return entry[1]
-    value = compute()
-    if source() == answering:  # never cache a fallback answer as ClickHouse's
-        softcache.set(figure_key(answering, name, key), (wall_time(), value), settings.HUD_CACHE_SECONDS)
-    return value
-
-
-def figure_key(answering: str, name: str, key: tuple) -> str:
-    parts = (part.isoformat() if isinstance(part, datetime) else str(part) for part in key)
-    return ":".join(["hud", answering, name, *parts])  # no spaces: memcached-safe
+    return softcache.through_cache(name, key, lambda: FIGURES[name](*key))
 
 
 def figures_refresh(*, days: tuple[int, ...], metric_days: tuple[int, ...]) -> None:
@@ -195,7 +110,7 @@ def figures_refresh(*, days: tuple[int, ...], metric_days: tuple[int, ...]) -> N
     draws those pages' figures through ``cached`` with the cache read skipped, so it fills exactly their keys."""
     if not settings.HUD_CACHE_SECONDS:
         return
-    token = _refreshing.set(True)
+    token = softcache.refreshing.set(True)
     try:
         with unit_of_work():
             for window in days:
@@ -203,32 +118,7 @@ def figures_refresh(*, days: tuple[int, ...], metric_days: tuple[int, ...]) -> N
             for window in metric_days:
                 metrics(days=window, event=EVENTS[0])
     finally:
-        _refreshing.reset(token)
-
-
-def now_or(now: datetime | None) -> datetime:
-    return now or timezone.now()
-
-
-def since(days: int, now: datetime | None = None) -> datetime:
-    return now_or(now) - timedelta(days=days)
-
-
-# --- the public functions ------------------------------------------------------------------------
-
-
-def backends() -> list[BackendInfo]:
-    """Enabled allowlisted backends, by repo name."""
-    return [
-        BackendInfo(b.id, b.repo, b.level, b.device, tuple(b.oncalls), tuple(b.events), b.enabled)
-        for b in Backend.objects.filter(enabled=True).order_by("repo")
-    ]
-
-
-def backend(repo: str) -> BackendInfo | None:
-    """The enabled backend named ``repo`` (ignoring case), or None."""
-    repo = repo.lower()
-    return next((b for b in backends() if b.repo.lower() == repo), None)
+        softcache.refreshing.reset(token)
 
 
 def backend_stats(
@@ -283,7 +173,7 @@ def readiness_figures(*, now: datetime | None = None) -> gates.Figures:
 
 def readiness(*, shown: list[BackendInfo] | None = None, now: datetime | None = None) -> dict[int, gates.Readiness]:
     """Each backend of ``shown`` (default: every enabled one) against the level gates (``ootci.gates``)."""
-    levels_ = {b.id: b.level for b in (backends() if shown is None else shown)}
+    levels_ = {b.id: b.level for b in (allowlisted.backends() if shown is None else shown)}
     return governance.readiness_judged(levels_, readiness_figures(now=now), now=now_or(now))
 
 
@@ -301,7 +191,7 @@ def relay_health(*, days: int, now: datetime | None = None) -> RelayHealth:
 
 def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
     """The /oot/ page: L4, L3, L2 tables (worst pass rate first; no data last) and the L1 list."""
-    every = backends()
+    every = allowlisted.backends()
     found = summary(days=days, event=event, now=now)
     stats, spark = found.stats, every_day(found.daily, SPARK_DAYS, now)
     shown = [b for b in every if b.level in levels.shown_on_hud()]
@@ -338,7 +228,7 @@ def backend_matrix(
 
 def pull_request(number: int) -> PrDetail | None:
     """One upstream PR: a group per L2+ backend (current level) that was dispatched or reported; None if unknown."""
-    return pages.pull_request(store(), number=number, backends=shown_backends())
+    return pages.pull_request(store(), number=number, backends=allowlisted.shown())
 
 
 def job_detail(*, backend_id: int, job_id: int) -> JobDetail | None:
@@ -346,81 +236,7 @@ def job_detail(*, backend_id: int, job_id: int) -> JobDetail | None:
     return pages.job_detail(store(), backend_id=backend_id, job_id=job_id)
 
 
-def job_tests(*, job_id: int) -> results.JobTests:
-    """A job attempt's test reports and every failing case (hud.history.results)."""
-    return results.job_tests(job_id)
-
-
-def first_failing_tests(job_ids: list[int], *, per_job: int) -> dict[int, list[results.CaseInfo]]:
-    """The first failing tests of each job, with their messages, from its parsed report (jobs without one: absent)."""
-    return results.first_failing(job_ids, per_job=per_job)
-
-
 def metrics(*, days: int, event: str, now: datetime | None = None) -> list[MetricsSeries]:
     """Daily pass rate per L2+ backend (L4 first, then by repo); days without runs are gaps."""
     daily = daily_pass_rates(days=days, event=event, now=now)
-    return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in shown_backends()]
-
-
-def shown_backends() -> list[BackendInfo]:
-    """The backends the HUD shows (L2 up): highest level first, then by repo."""
-    order = levels.shown_on_hud()
-    shown = [b for b in backends() if b.level in order]
-    return sorted(shown, key=lambda b: (order.index(b.level), b.repo.lower()))
-
-
-def job_failures(job_ids) -> dict[int, lines.FailureLine]:
-    """The failure line and class of each of these jobs that was classified (hud.failing.lines), by job id."""
-    return lines.failure_lines(job_ids)
-
-
-def failure_signatures(*, days: int, now: datetime | None = None) -> list[lines.Signature]:
-    """The failures page: failure signatures of the shown backends in the window, most jobs affected first."""
-    return lines.signatures(since=since(days, now), backend_ids=[b.id for b in shown_backends()])
-
-
-def test_search(*, text: str, days: int, page: int, now: datetime | None = None) -> assembly.SearchPage:
-    """Tests whose generic id contains ``text`` (any case), failing most recently first (hud.history.assembly)."""
-    return assembly.search(_test_rows(), text=text, days=days, since=since(days, now), page=page)
-
-
-def test_page(*, generic_id: str, days: int, now: datetime | None = None) -> assembly.TestHistory:
-    """One test across the shown backends: grid, when it started failing, last failure, pass rate
-    (hud.history.assembly)."""
-    rows, window = _test_rows(), since(days, now)
-    return assembly.history(rows, generic_id=generic_id, days=days, since=window, backends=shown_backends())
-
-
-def _test_rows() -> assembly.Store:
-    """As :func:`store`, for the per-test rows."""
-    if source() != "clickhouse":
-        return TestHistoryDatabase()
-    return assembly.FallbackStore(TestHistoryClickHouse(), TestHistoryDatabase(), failed=_clickhouse_failed)
-
-
-def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
-    """The backend's failing tests, classified (hud.failing.classes), on PR ``pr``'s head or in its latest baseline."""
-    return runs.backend_failing(case_store(), backend, pr=pr)
-
-
-def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[BackendFailing] | None:
-    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown.
-    Cached (HUD_CACHE_SECONDS) until a job result or test report of that head changes: the page refreshes every
-    minute, and a PR that fails on a dozen backends costs a few hundred milliseconds to classify."""
-    backends, head = ([g.backend for g in detail.groups], detail.head_sha) if detail else (shown_backends(), "")
-    head = head or runs.pr_head(number)
-    if not head:
-        return None
-
-    def compute() -> list[BackendFailing] | None:
-        return runs.pr_failing(case_store(), number, backends, head=head)
-
-    if not settings.HUD_CACHE_SECONDS:
-        return compute()
-    ids = ",".join(str(b.id) for b in backends)
-    return through_cache("pr_failing", (number, head, ids, runs.pr_state(number, head)), compute)
-
-
-def recent_failing_prs(backend_id: int) -> list[dict]:
-    """The backend's latest PR heads with a test failure, for the failing-tests view's links."""
-    return runs.recent_prs(backend_id)
+    return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in allowlisted.shown()]

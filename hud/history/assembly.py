@@ -26,20 +26,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from hud.history import results
-from hud.stores import base as job_store
+from hud.stores.base import CASE_COUNTED as COUNTED
+from hud.stores.base import CASE_FAILING as FAILING
+from hud.stores.base import HistoryRows, as_datetime
 from hud.stores.types import BackendInfo, rate
-from ootci.models import TestCase
 
 PER_PAGE = 50
 MIN_QUERY = 3  # shorter text would match most tests: the search asks for more instead of scanning for it
 MAX_QUERY = 200
 MAX_ID = 1000  # TestCase.test_id's length
 COLUMNS = 30
-FAILING = tuple(str(s) for s in TestCase.FAILING)
-COUNTED = (str(TestCase.Status.PASSED), *FAILING)
 # A result's letter and cell class, as the backend matrix letters and colours a job (hud.templatetags.hud.letter).
 CELLS = {
     "passed": ("O", "success"),
@@ -50,33 +48,6 @@ CELLS = {
     "xfail": ("N", "skipped"),
 }
 STATUS_TEXT = {"xpass": "unexpectedly passed (strict)", "xfail": "expected failure"}
-
-
-class Store(Protocol):
-    def search_rows(self, *, text: str, since: datetime, offset: int, limit: int) -> list[dict]:
-        """Tests whose id contains ``text`` (any case) with results since ``since``: generic_id, last_failure (None
-        when none failed), last_run, runs (counted results), failures; last failure newest first (none last), then
-        by id in code-point order."""
-
-    def history_rows(self, *, generic_id: str, since: datetime) -> list[dict]:
-        """The test's results since ``since``, oldest first: backend_id, job_id, event_type, pr_number, sha,
-        status, reruns, at (the report's arrival), report_id."""
-
-    def failure_messages(self, *, generic_id: str, report_ids: list[int]) -> dict[int, str]:
-        """The message of the test's last failing case in each of these reports, by report id."""
-
-
-class FallbackStore(job_store.FallbackStore):
-    """The ClickHouse rows, or the database's when a ClickHouse read fails (``hud.stores.base.FallbackStore``)."""
-
-    def search_rows(self, **kwargs) -> list[dict]:
-        return self._read("search_rows", **kwargs)
-
-    def history_rows(self, **kwargs) -> list[dict]:
-        return self._read("history_rows", **kwargs)
-
-    def failure_messages(self, **kwargs) -> dict[int, str]:
-        return self._read("failure_messages", **kwargs)
 
 
 # --- search ---------------------------------------------------------------------------------------------------------
@@ -120,15 +91,15 @@ def possible_id(generic_id: str) -> bool:
     return len(generic_id) <= MAX_ID and "\x00" not in generic_id
 
 
-def search(rows: Store, *, text: str, days: int, since: datetime, page: int) -> SearchPage:
+def search(rows: HistoryRows, *, text: str, days: int, since: datetime, page: int) -> SearchPage:
     """A page of the tests whose generic id contains ``text`` (see the module docstring); ``text`` must pass
     ``query_problem``."""
     found = rows.search_rows(text=text, since=since, offset=(page - 1) * PER_PAGE, limit=PER_PAGE + 1)
     hits = [
         Hit(
             generic_id=r["generic_id"],
-            last_failure=job_store.as_datetime(r["last_failure"]),
-            last_run=job_store.as_datetime(r["last_run"]),
+            last_failure=as_datetime(r["last_failure"]),
+            last_run=as_datetime(r["last_run"]),
             runs=int(r["runs"]),
             failures=int(r["failures"]),
         )
@@ -243,11 +214,13 @@ class TestHistory:
     backends: list[BackendHistory]  # failing now first, then by repo
 
 
-def history(rows: Store, *, generic_id: str, days: int, since: datetime, backends: list[BackendInfo]) -> TestHistory:
+def history(
+    rows: HistoryRows, *, generic_id: str, days: int, since: datetime, backends: list[BackendInfo]
+) -> TestHistory:
     """The test page of ``generic_id`` over the window (see the module docstring): only ``backends`` are shown."""
     shown = {b.id: b for b in backends}
     found = rows.history_rows(generic_id=generic_id, since=since)
-    results = [Result(**r | {"at": job_store.as_datetime(r["at"])}) for r in found if r["backend_id"] in shown]
+    results = [Result(**r | {"at": as_datetime(r["at"])}) for r in found if r["backend_id"] in shown]
     columns = grid_columns(results)
     by_backend: dict[int, list[Result]] = {}
     for r in results:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from hud.figures import pages
-from hud.stores.base import Ask, Store, Windows
+from hud.stores.base import Ask, Store, Windows, lost_rows
 from ootci import gates
 
 WINDOWS = {"p": gates.PROMOTION_DAYS, "d": gates.DEMOTION_DAYS}
@@ -19,7 +18,7 @@ def figures(store: Store, *, now: datetime, backend_id: int | None = None) -> ga
     windows: Windows = {w: (gates.EVENT, now - timedelta(days=days)) for w, days in WINDOWS.items()}
     asks: list[Ask] = [(kind, w) for w in WINDOWS for kind in ("gates", "run")]
     rows = store.figure_rows(windows=windows, asks=asks, backend_id=backend_id)
-    rows += pages.lost_rows(windows, asks, backend_id)
+    rows += lost_rows(windows, asks, backend_id)
     found: dict[str, dict[int, dict]] = {w: defaultdict(dict) for w in WINDOWS}
     for r in rows:
         kind, w = r["kind"].split(":")

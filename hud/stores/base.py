@@ -9,21 +9,23 @@ A store answers only reads over job results (``hud.stores.db.jobs``, ``hud.store
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
 
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.types import BackendStats, Counts, DayRate, Job, Summary
 from ootci import gates
-from ootci.models import JobResult
+from ootci.models import Dispatch, JobResult, TestCase
 
-logger = logging.getLogger(__name__)
+# Test case statuses: the failing ones, and the results a flip or a pass rate counts (passes and failures).
+CASE_FAILING = tuple(str(s) for s in TestCase.FAILING)
+CASE_PASSED = str(TestCase.Status.PASSED)
+CASE_COUNTED = (CASE_PASSED, *CASE_FAILING)
 
 # A figure is asked for as (kind, window name); kinds: "stats" (BackendStats per backend, lost dispatches included),
 # "daily" (DayRates per backend, only days with a total), "run" (p50 and p90 of PR run time per backend) and "gates"
@@ -113,39 +115,35 @@ class Store(Protocol):
         """Job rows of every attempt of the job of attempt ``job_id`` of this backend, newest first ([] if none)."""
 
 
-class FallbackStore:
-    """The ClickHouse store; any read it fails is answered by the database store, and ``failed`` is told why (the
-    caller then reads the database for a while and tells the page)."""
+class CaseRows(Protocol):
+    """The test cases the failing-tests view reads (``hud.failing``)."""
 
-    def __init__(self, primary: Store, fallback: Store, *, failed: Callable[[str], None]) -> None:
-        self.primary, self.fallback, self.failed = primary, fallback, failed
+    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
+        """The failing cases (job_id, test_id, status, reruns, message) of the jobs, by job, report, then case."""
 
-    def _read(self, method: str, *args, **kwargs):
-        try:
-            return getattr(self.primary, method)(*args, **kwargs)
-        except clickhouse.ClickHouseError as ex:
-            reason = " ".join(str(ex).split())[:300]
-            logger.warning("HUD read %s from the database: %s", method, reason)
-            self.failed(reason)
-            return getattr(self.fallback, method)(*args, **kwargs)
+    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
+        """Every case (job_id, test_id, status, reruns) of ``test_ids`` in the jobs."""
 
-    def figure_rows(self, *, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> list[dict]:
-        return self._read("figure_rows", windows=windows, asks=asks, backend_id=backend_id)
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+        """The last ``limit`` passed or failing results (backend_id, test_id, status, job_id, job_sha, at = report
+        time) of each test of ``tests`` (backend id → test ids) on its backend, newest first (report time, report,
+        case)."""
 
-    def sha_keys(self, window: BackendWindow, *, failing_only: bool, limit: int) -> list[dict]:
-        return self._read("sha_keys", window, failing_only=failing_only, limit=limit)
 
-    def sha_keys_of(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
-        return self._read("sha_keys_of", window, shas=shas)
+class HistoryRows(Protocol):
+    """The per-test rows the test search and test page read (``hud.history``)."""
 
-    def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
-        return self._read("cells", window, shas=shas)
+    def search_rows(self, *, text: str, since: datetime, offset: int, limit: int) -> list[dict]:
+        """Tests whose id contains ``text`` (any case) with results since ``since``: generic_id, last_failure (None
+        when none failed), last_run, runs (counted results), failures; last failure newest first (none last), then
+        by id in code-point order."""
 
-    def pr_jobs(self, *, number: int) -> list[dict]:
-        return self._read("pr_jobs", number=number)
+    def history_rows(self, *, generic_id: str, since: datetime) -> list[dict]:
+        """The test's results since ``since``, oldest first: backend_id, job_id, event_type, pr_number, sha,
+        status, reruns, at (the report's arrival), report_id."""
 
-    def job_attempts(self, *, backend_id: int, job_id: int) -> list[dict]:
-        return self._read("job_attempts", backend_id=backend_id, job_id=job_id)
+    def failure_messages(self, *, generic_id: str, report_ids: list[int]) -> dict[int, str]:
+        """The message of the test's last failing case in each of these reports, by report id."""
 
 
 # --- rows into figures and jobs (the same for both stores) ----------------------------------------------------------
@@ -255,3 +253,43 @@ def as_date(value) -> date:
 
 def seconds(value) -> float | None:
     return None if value is None else round(float(value), 1)
+
+
+def lost_rows(windows: Windows, asks: list[Ask], backend_id: int | None) -> list[dict]:
+    """The lost dispatches the stats and daily figures count (``lost:w`` per backend, ``lostday:w`` per backend and
+    UTC day, as ``store.collect`` reads them), found once since the earliest window and counted per window here."""
+    counted = [("stats" if kind == "gates" else kind, w) for kind, w in asks if kind in ("stats", "daily", "gates")]
+    if not counted:
+        return []
+    lost = Dispatch.objects.lost(since=min(windows[w][1] for _, w in counted))
+    lost = lost.filter(delivery__event__in={windows[w][0] for _, w in counted})
+    if backend_id is not None:
+        lost = lost.filter(backend_id=backend_id)
+    found = list(lost.order_by().values_list("backend_id", "delivery__event", "created_at"))
+    rows = []
+    for kind, w in counted:
+        event, since = windows[w]
+        mine = [(bid, at) for bid, ev, at in found if ev == event and at >= since]
+        if kind == "stats":
+            rows += [
+                {"kind": f"lost:{w}", "backend_id": bid, "total": n} for bid, n in Counter(b for b, _ in mine).items()
+            ]
+        else:
+            days = Counter((bid, at.astimezone(UTC).date()) for bid, at in mine)
+            rows += [
+                {"kind": f"lostday:{w}", "backend_id": bid, "day": day, "ok": 0, "total": n}
+                for (bid, day), n in days.items()
+            ]
+    return rows
+
+
+# --- windows ----------------------------------------------------------------------------------------------------------
+
+
+def now_or(now: datetime | None) -> datetime:
+    return now or timezone.now()
+
+
+def since(days: int, now: datetime | None = None) -> datetime:
+    """The start of the rolling window of the last ``days`` × 24 hours."""
+    return now_or(now) - timedelta(days=days)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
-from ootci.gates import Readiness
+if TYPE_CHECKING:
+    from ootci.gates import Readiness
+
+# The upstream events the HUD counts, the default first.
+EVENTS = ("pull_request", "push", "nightly", "periodic")
 
 
 def rate(part: int, whole: int) -> float | None:

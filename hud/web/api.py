@@ -4,9 +4,6 @@ One APIView per operation. Query parameters behave as on the pages (bad values f
 The POST /api/crcr/results ingest is the relay's (relay/endpoints/callback.py): the relay writes, the HUD reads.
 """
 
-import dataclasses
-from typing import Any
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.exceptions import NotFound
@@ -15,38 +12,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from hud.failing import queries as failing_queries
 from hud.figures import queries
-from hud.figures.queries import BackendStats
+from hud.stores.types import EVENTS, BackendStats
 from hud.web import params
+from hud.web.api_shared import backend_or_404, plain
 from ootci import allowlist
 
 DAYS = OpenApiParameter("days", int, enum=list(params.DAYS), description="Window in days (default 7)")
 METRIC_DAYS = OpenApiParameter("days", int, enum=list(params.METRIC_DAYS), description="Days shown (default 30)")
-EVENT = OpenApiParameter("event", str, enum=list(queries.EVENTS), description="Upstream event (default pull_request)")
+EVENT = OpenApiParameter("event", str, enum=list(EVENTS), description="Upstream event (default pull_request)")
 PAGE = OpenApiParameter("page", int, description="Matrix page, 50 rows each (default 1)")
 FAILING = OpenApiParameter("failing", bool, description="Only rows with a failure")
-
-
-def plain(value: Any) -> Any:
-    """Dataclasses (with their computed properties) to plain JSON-ready data."""
-    if dataclasses.is_dataclass(value):
-        data = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name, attr in vars(type(value)).items():
-            if isinstance(attr, property):
-                data[name] = plain(getattr(value, name))
-        return data
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
-def backend_or_404(org: str, repo: str) -> queries.BackendInfo:
-    found = queries.backend(f"{org}/{repo}")
-    if found is None:
-        raise NotFound(f"{org}/{repo} is not an allowlisted backend")
-    return found
 
 
 class OverviewView(APIView):
@@ -116,7 +93,7 @@ class FailuresView(APIView):
     )
     def get(self, request: Request) -> Response:
         days = params.days(request)
-        return Response(plain({"days": days, "signatures": queries.failure_signatures(days=days)}))
+        return Response(plain({"days": days, "signatures": failing_queries.failure_signatures(days=days)}))
 
 
 class YAMLRenderer(BaseRenderer):

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from hud.web.api import backend_or_404
+from hud.web.api_shared import backend_or_404
 from ootci.disabled import registry
 
 CACHE_SECONDS = 60

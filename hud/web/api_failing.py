@@ -9,10 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from hud.failing import classes
+from hud.failing import queries as failing_queries
 from hud.figures import queries
 from hud.web import params
-from hud.web.api import backend_or_404, plain
-from hud.web.api_history import BackendRefSerializer
+from hud.web.api_shared import BackendRefSerializer, backend_or_404, plain
 
 PR = OpenApiParameter("pr", int, description="A PR number: its head's failing tests (default: the latest baseline run)")
 
@@ -107,7 +108,7 @@ class FailingTestsView(APIView):
     def get(self, request: Request, org: str, repo: str) -> Response:
         info = backend_or_404(org, repo)
         pr = pr_param(request)
-        found = queries.failing_tests(info, pr=pr)
+        found = failing_queries.failing_tests(info, pr=pr)
         if found is None:
             raise NotFound(f"No pull request #{pr} has been relayed")
         return Response(BackendFailingSerializer(found).data)
@@ -123,9 +124,9 @@ class PullRequestView(APIView):
         detail = queries.pull_request(number)
         if detail is None:
             raise NotFound(f"No pull request #{number} has been relayed")
-        found = queries.pr_failing_tests(number, detail) or []
+        found = failing_queries.pr_failing_tests(number, detail) or []
         data = plain(detail) | {
             "failing_tests": BackendFailingSerializer(found, many=True).data,
-            "failing_summary": queries.failing_summary_line(found),
+            "failing_summary": classes.summary_line(found),
         }
         return Response(data)

@@ -12,9 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud.figures import queries
 from hud.history import assembly
+from hud.history import queries as history_queries
 from hud.web import params
+from hud.web.api_shared import BackendRefSerializer
 from ootci.http.api_errors import RefusalSerializer, validation_detail
 
 DAYS = serializers.ChoiceField(choices=params.DAYS, default=7, help_text="Window in days (default 7)")
@@ -90,15 +91,6 @@ class LastFailureSerializer(serializers.Serializer):
     first_line = serializers.CharField()
 
 
-class BackendRefSerializer(serializers.Serializer):
-    """A backend as the per-test views name it (also hud.web.api_failing)."""
-
-    id = serializers.IntegerField()
-    repo = serializers.CharField()
-    level = serializers.CharField()
-    device = serializers.CharField()
-
-
 class BackendHistorySerializer(serializers.Serializer):
     backend = BackendRefSerializer()
     cells = serializers.ListField(
@@ -135,7 +127,7 @@ class TestSearchView(APIView):
     )
     def get(self, request: Request) -> Response:
         data = valid(SearchInput, request)
-        found = queries.test_search(text=data["q"], days=data["days"], page=data["page"])
+        found = history_queries.search(text=data["q"], days=data["days"], page=data["page"])
         return Response(SearchSerializer(found).data)
 
 
@@ -150,5 +142,5 @@ class TestHistoryView(APIView):
         data = valid(TestInput, request)
         if not assembly.possible_id(generic_id):
             raise NotFound("No test has this id")
-        found = queries.test_page(generic_id=generic_id, days=data["days"])
+        found = history_queries.page(generic_id=generic_id, days=data["days"])
         return Response(TestHistorySerializer(found).data)

@@ -9,7 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from hud.figures import queries
-from hud.web.api import backend_or_404, plain
+from hud.history import queries as history_queries
+from hud.web.api_shared import backend_or_404, plain
 
 
 class ReportSerializer(serializers.Serializer):
@@ -58,4 +59,4 @@ class JobTestsView(APIView):
         info = backend_or_404(org, repo)
         if queries.job_detail(backend_id=info.id, job_id=job_id) is None:
             raise NotFound(f"{info.repo} has no job {job_id}")
-        return Response(plain(queries.job_tests(job_id=job_id)))
+        return Response(plain(history_queries.job_tests(job_id=job_id)))

@@ -5,7 +5,7 @@ Numbers are ASCII digits only: ``str.isdigit`` also accepts "²" or "٣", which 
 
 from django.http import HttpRequest
 
-from hud.figures.queries import EVENTS
+from hud.stores.types import EVENTS
 
 DAYS = (1, 7, 30)
 METRIC_DAYS = (7, 14, 30, 90)

@@ -14,7 +14,11 @@ from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_page
 
+from hud.failing import classes
+from hud.failing import queries as failing_queries
 from hud.figures import queries
+from hud.history import queries as history_queries
+from hud.stores import allowlisted, fallback
 from hud.stores.types import BackendInfo, BackendStats, Matrix, PrGroup
 from hud.web import badges, params
 from ootci import allowlist
@@ -28,7 +32,7 @@ BADGE_SECONDS = 60
 
 def analytics_fallback(request: HttpRequest) -> dict:
     """Context processor: why this page's figures come from the database rather than ClickHouse, if they do."""
-    reason = queries.fallback_reason()
+    reason = fallback.fallback_reason()
     return {"analytics_fallback": {"reason": reason, "database": connection.display_name} if reason else None}
 
 
@@ -41,7 +45,7 @@ def render_page(request: HttpRequest, name: str, context: dict) -> HttpResponse:
 
 
 def backend_or_404(org: str, repo: str) -> BackendInfo:
-    found = queries.backend(f"{org}/{repo}")
+    found = allowlisted.backend(f"{org}/{repo}")
     if found is None:
         raise Http404(f"{org}/{repo} is not an allowlisted backend")
     return found
@@ -87,7 +91,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "hide_green": hide_green,
         "job_filter": job_filter,
         "day_choices": params.DAYS,
-        "failures": queries.job_failures(failed_ids),
+        "failures": failing_queries.job_failures(failed_ids),
         "badge_markdown": badge_markdown(request, info),
     }
     return render_page(request, "backend", context)
@@ -98,11 +102,11 @@ def failing_tests(request: HttpRequest, info: BackendInfo) -> HttpResponse:
     each classified (hud.failing.classes); a bad or unknown PR number is said on the page (400, 404)."""
     raw = request.GET.get("pr", "").strip()[:50]
     pr = params.number(raw.lstrip("#")) if raw else None
-    context = {"backend": info, "recent": queries.recent_failing_prs(info.id), "pr_asked": raw}
+    context = {"backend": info, "recent": failing_queries.recent_failing_prs(info.id), "pr_asked": raw}
     if raw and (pr is None or not 0 < pr < 2**31):
         context["problem"] = f"“{raw}” is not a pull request number."
         return render(request, "hud/failing_tests.html", context, status=400)
-    found = queries.failing_tests(info, pr=pr)
+    found = failing_queries.failing_tests(info, pr=pr)
     if found is None:
         context["problem"] = f"No pull request #{pr} has been relayed."
         return render(request, "hud/failing_tests.html", context, status=404)
@@ -123,18 +127,18 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
     groups = sorted(detail.groups, key=lambda group: not group_failing(group))
     failing = {group.backend.id for group in groups if group_failing(group)}
     failed_jobs = [job.id for group in groups for job in group.jobs + group.earlier if job.outcome in FAILING]
-    reported = queries.first_failing_tests(failed_jobs, per_job=FIRST_FAILED_TESTS)
+    reported = history_queries.first_failing_tests(failed_jobs, per_job=FIRST_FAILED_TESTS)
     context = {
         "pr": detail,
         "groups": groups,
         "failing": failing,
         "first_failed": FIRST_FAILED_TESTS,
         "reported": reported,
-        "failures": queries.job_failures(failed_jobs),
+        "failures": failing_queries.job_failures(failed_jobs),
     }
-    classified = queries.pr_failing_tests(number, detail) or []
+    classified = failing_queries.pr_failing_tests(number, detail) or []
     context["failing_tests"] = {found.backend.id: found for found in classified}
-    context["failing_line"] = queries.failing_summary_line(classified)
+    context["failing_line"] = classes.summary_line(classified)
     return render_page(request, "pull_request", context)
 
 
@@ -151,14 +155,14 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
     if detail is None:
         raise Http404(f"{info.repo} has no job {job_id}")
     context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
-    context["tests"] = queries.job_tests(job_id=detail.job.id)
-    context["failure"] = queries.job_failures([detail.job.id]).get(detail.job.id)
+    context["tests"] = history_queries.job_tests(job_id=detail.job.id)
+    context["failure"] = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
     return render_page(request, "job", context)
 
 
 def failures(request: HttpRequest) -> HttpResponse:
     days = params.days(request)
-    context = {"signatures": queries.failure_signatures(days=days), "days": days, "day_choices": params.DAYS}
+    context = {"signatures": failing_queries.failure_signatures(days=days), "days": days, "day_choices": params.DAYS}
     return render_page(request, "failures", context)
 
 
@@ -172,7 +176,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 def allowlist_page(request: HttpRequest) -> HttpResponse:
     by_level: dict[str, list[BackendInfo]] = {level: [] for level in ("L4", "L3", "L2", "L1")}
-    for info in queries.backends():
+    for info in allowlisted.backends():
         by_level.setdefault(info.level, []).append(info)
     context = {"by_level": by_level, "yaml": allowlist.export_yaml()}
     return render(request, "hud/allowlist.html", context)

@@ -6,17 +6,17 @@ Kept beside ``hud.web.views`` (same shape: read parameters, ask hud.figures.quer
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from hud.figures import queries
 from hud.history import assembly
+from hud.history import queries as history_queries
 from hud.web import params
 
 
-def tests(request: HttpRequest) -> HttpResponse:
+def search(request: HttpRequest) -> HttpResponse:
     """The search form, and the tests whose id contains ``q``; a short or overlong ``q`` gets a message instead."""
     text = request.GET.get("q", "").strip()
     days, page = params.days(request), params.page(request)
     problem = assembly.query_problem(text) if text else ""
-    found = queries.test_search(text=text, days=days, page=page) if text and not problem else None
+    found = history_queries.search(text=text, days=days, page=page) if text and not problem else None
     context = {
         "text": text[: assembly.MAX_QUERY].replace("\x00", ""),
         "problem": problem,
@@ -29,9 +29,9 @@ def tests(request: HttpRequest) -> HttpResponse:
     return render(request, "hud/tests.html", context, status=status)
 
 
-def test(request: HttpRequest, generic_id: str) -> HttpResponse:
+def detail(request: HttpRequest, generic_id: str) -> HttpResponse:
     if not assembly.possible_id(generic_id):
         raise Http404("No test has this id")
     days = params.days(request)
-    found = queries.test_page(generic_id=generic_id, days=days)
+    found = history_queries.page(generic_id=generic_id, days=days)
     return render(request, "hud/test.html", {"history": found, "days": days, "day_choices": params.DAYS})

@@ -6,8 +6,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ootci.models.core import Backend
-
 
 class AlertRule(models.Model):
     class Kind(models.TextChoices):
@@ -18,7 +16,7 @@ class AlertRule(models.Model):
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     backend = models.ForeignKey(
-        Backend,
+        "ootci.Backend",
         null=True,
         blank=True,
         on_delete=models.CASCADE,
@@ -49,7 +47,7 @@ class NotificationChannel(models.Model):
         EMAIL = "email", "email"
 
     backend = models.ForeignKey(
-        Backend,
+        "ootci.Backend",
         null=True,
         blank=True,
         on_delete=models.CASCADE,
@@ -75,7 +73,9 @@ class Incident(models.Model):
         RESOLVED = "resolved"
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE)
-    backend = models.ForeignKey(Backend, null=True, blank=True, on_delete=models.CASCADE, related_name="incidents")
+    backend = models.ForeignKey(
+        "ootci.Backend", null=True, blank=True, on_delete=models.CASCADE, related_name="incidents"
+    )
     fingerprint = models.CharField(max_length=300, help_text="What it is about: rule kind, backend, job or PR")
     state = models.CharField(max_length=10, choices=State.choices, default=State.FIRING)
     what = models.TextField(help_text="What is wrong, in a sentence")
@@ -124,7 +124,7 @@ class PrComment(models.Model):
     """The one comment per upstream PR and backend, edited in place: the row each sender locks before it creates or
     edits the comment, so that concurrent completions never post two."""
 
-    backend = models.ForeignKey(Backend, on_delete=models.CASCADE)
+    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE)
     upstream_repo = models.CharField(max_length=140)
     pr_number = models.PositiveIntegerField()
     comment_id = models.BigIntegerField(null=True, blank=True)

@@ -17,8 +17,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ootci.models.core import Backend
-
 # PyTorch's runner splits on whitespace and takes the class as the last dotted part of what is in the brackets.
 PYTORCH_NAME = re.compile(r"^(?P<test>[^\s()]+) \((?P<suite>[\w.]+)\)$")
 NAME_CAP = 1000
@@ -55,7 +53,9 @@ class DisabledTest(models.Model):
     names; empty means everywhere), who added it and until when."""
 
     # Two indexes only (the key, and backend + name that every read starts from): a 32,000-entry import writes them.
-    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="disabled_tests", db_index=False)
+    backend = models.ForeignKey(
+        "ootci.Backend", on_delete=models.CASCADE, related_name="disabled_tests", db_index=False
+    )
     name = models.CharField(max_length=NAME_CAP, help_text="test_x (__main__.TestClass), or file::Class::name")
     kind = models.CharField(max_length=10, choices=Kind.choices, editable=False)
     test_name = models.CharField(max_length=NAME_CAP, blank=True, editable=False, help_text="PyTorch name: test_x")

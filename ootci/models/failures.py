@@ -5,7 +5,6 @@ from django.db import models
 from django.utils import timezone
 
 from ootci.failures.regex import regex_problem
-from ootci.models.core import Backend, JobResult
 
 
 class FailureClass(models.TextChoices):
@@ -24,7 +23,7 @@ class FailureRule(models.Model):
     failure_class = models.CharField(max_length=10, choices=FailureClass.choices)
     priority = models.IntegerField(default=0, help_text="Higher wins when several rules match a log")
     backend = models.ForeignKey(
-        Backend,
+        "ootci.Backend",
         null=True,
         blank=True,
         on_delete=models.CASCADE,
@@ -64,7 +63,7 @@ class JobFailure(models.Model):
         CALLBACK = "callback", "callback test results"
         NONE = "none", "nothing known"
 
-    job = models.OneToOneField(JobResult, on_delete=models.CASCADE, related_name="failure")
+    job = models.OneToOneField("ootci.JobResult", on_delete=models.CASCADE, related_name="failure")
     failure_class = models.CharField(max_length=10, choices=FailureClass.choices, blank=True)
     source = models.CharField(max_length=12, choices=Source.choices, default=Source.NONE)
     rule = models.ForeignKey(FailureRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="failures")

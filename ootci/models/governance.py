@@ -5,13 +5,17 @@ temporary downgrade the **allowlisted** level (what PyTorch's allowlist file say
 the downgrade's ``restore_to``; :func:`allowlisted_level` is the one place that tells them apart.
 """
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from ootci.levels import Level
-from ootci.models.core import Backend, LevelChange
+
+if TYPE_CHECKING:
+    from ootci.models.core import Backend
 
 
 class LevelReview(models.Model):
@@ -29,7 +33,7 @@ class LevelReview(models.Model):
         PROPOSED = "proposed"
         DISMISSED = "dismissed"
 
-    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="level_reviews")
+    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE, related_name="level_reviews")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     state = models.CharField(max_length=10, choices=State.choices)
     from_level = models.CharField(max_length=2, choices=Level.choices)
@@ -42,7 +46,7 @@ class LevelReview(models.Model):
     reason = models.TextField(blank=True)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor = models.CharField(max_length=150, blank=True)
-    level_change = models.OneToOneField(LevelChange, null=True, blank=True, on_delete=models.SET_NULL)
+    level_change = models.OneToOneField("ootci.LevelChange", null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -60,7 +64,7 @@ class GateNotice(models.Model):
     """A backend whose own level's gates fail over the demotion window: since when (the notice), so that the
     verdict can say when a demotion falls due. Kept by the readiness schedule; gone once the gates pass again."""
 
-    backend = models.OneToOneField(Backend, on_delete=models.CASCADE, related_name="gate_notice")
+    backend = models.OneToOneField("ootci.Backend", on_delete=models.CASCADE, related_name="gate_notice")
     failing_since = models.DateTimeField()
     gates = models.JSONField(default=list)
 
@@ -72,7 +76,7 @@ class TemporaryDowngrade(models.Model):
     """An L3/L4 backend run at a lower effective level until its figures pass its allowlisted level's gates for
     ``recover_days`` days in a row, or until ``until``; restored by the readiness schedule."""
 
-    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="downgrades")
+    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE, related_name="downgrades")
     restore_to = models.CharField(max_length=2, choices=Level.choices, help_text="The allowlisted level")
     effective = models.CharField(max_length=2, choices=Level.choices)
     until = models.DateTimeField(null=True, blank=True, help_text="Restore at this time at the latest")
@@ -97,7 +101,7 @@ class TemporaryDowngrade(models.Model):
         return f"{self.backend}: {self.restore_to} → {self.effective}"
 
 
-def allowlisted_level(backend: Backend) -> str:
+def allowlisted_level(backend: "Backend") -> str:
     """The level PyTorch's allowlist gives ``backend``: its level, or the level a temporary downgrade restores."""
     active = backend.downgrades.filter(ended_at=None).first()
     return active.restore_to if active else backend.level

@@ -8,8 +8,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ootci.models.core import JobResult
-
 MESSAGE_CAP = 2048  # characters of a failure message kept per case
 
 
@@ -29,7 +27,7 @@ class TestReport(models.Model):
         REFUSED = "refused", "refused (hostile or over a cap)"
         FAILED = "failed", "failed (stored bytes unreadable)"
 
-    job = models.ForeignKey(JobResult, on_delete=models.CASCADE, related_name="test_reports")
+    job = models.ForeignKey("ootci.JobResult", on_delete=models.CASCADE, related_name="test_reports")
     source = models.CharField(max_length=10, choices=Source.choices)
     artifact_id = models.BigIntegerField(null=True, blank=True, help_text="GitHub's artifact id (artifact source)")
     artifact_name = models.CharField(max_length=255, blank=True)
@@ -81,7 +79,7 @@ class TestCase(models.Model):
         XPASS = "xpass"
 
     report = models.ForeignKey(TestReport, on_delete=models.CASCADE, related_name="test_cases")
-    job = models.ForeignKey(JobResult, on_delete=models.CASCADE, related_name="test_cases")
+    job = models.ForeignKey("ootci.JobResult", on_delete=models.CASCADE, related_name="test_cases")
     file = models.CharField(max_length=500, blank=True)
     classname = models.CharField(max_length=500, blank=True)
     name = models.CharField(max_length=1000)

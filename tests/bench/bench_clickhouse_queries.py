@@ -22,6 +22,7 @@ from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
 from hud.figures import queries
+from hud.stores import allowlisted, fallback
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_jobs
 from ootci.models import JobResult
@@ -90,7 +91,7 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
     print(f"OPTIMIZE FINAL: {parts[0]['n']} parts merged in {time.perf_counter() - began:.1f} s")
 
     now = timezone.now()
-    npu = queries.backend("bench/npu")
+    npu = allowlisted.backend("bench/npu")
     job = JobResult.objects.filter(backend=npu.id, pr_number__isnull=False).order_by("-created_at").first()
     calls = {
         "summary (/oot/, 7 days)": lambda: queries.overview(days=7, event="pull_request", now=now),
@@ -124,10 +125,10 @@ def test_hud_queries_on_clickhouse_and_postgresql(settings, tmp_path, monkeypatc
     slow = []
     for name, call in calls.items():
         settings.CLICKHOUSE_URL = url
-        with queries.unit_of_work():
+        with fallback.unit_of_work():
             ch_ms, sql_ms = median_ms(call, clock)
             on_clickhouse = call()
-            assert queries.fallback_reason() == "", queries.fallback_reason()
+            assert fallback.fallback_reason() == "", fallback.fallback_reason()
         settings.CLICKHOUSE_URL = ""
         pg_ms, _ = median_ms(call)
         same = call() == on_clickhouse

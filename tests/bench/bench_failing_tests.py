@@ -25,9 +25,10 @@ import pytest
 from django.db import connection
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud.figures import queries
+from hud.failing import queries as failing_queries
+from hud.stores import allowlisted, fallback
+from hud.stores.clickhouse import case_table, copy_cases, copy_jobs
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases, copy_jobs
 from ootci.models import Backend, TestCase
 from tests.bench.data import BACKENDS, median_ms
 
@@ -143,7 +144,7 @@ def seed_clickhouse_cases() -> int:
         jobs = db.fetchall()
     copy_jobs.replicate()  # the job results too: the PR page reads them from ClickHouse
     with clickhouse.session():
-        copy_cases.ensure_schema()
+        case_table.ensure_schema()
         clickhouse.command("DROP TABLE IF EXISTS bench_jobs")
         clickhouse.command("""CREATE TABLE bench_jobs (job_id UInt64, backend_id UInt64, backend_repo String,
             event_type String, pr_number Nullable(UInt32), job_sha String, job_name String, report_id UInt64,
@@ -214,7 +215,7 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
     print(f"ClickHouse (chdb): {in_clickhouse:,} test cases in {time.perf_counter() - began:.1f} s")
 
     newest_pr = FIRST_PR + PRS - 1
-    npu = queries.backend("bench/npu")
+    npu = allowlisted.backend("bench/npu")
     pages = {
         f"view, PR #{newest_pr}": f"/oot/bench/npu/?view=failing-tests&pr={newest_pr}",
         "view, latest nightly": "/oot/bench/npu/?view=failing-tests",
@@ -237,9 +238,9 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
     found = {}
     for store_url in (url, ""):
         settings.CLICKHOUSE_URL = store_url
-        with queries.unit_of_work():
-            found[store_url] = queries.failing_tests(npu, pr=newest_pr)
-            assert queries.fallback_reason() == ""
+        with fallback.unit_of_work():
+            found[store_url] = failing_queries.failing_tests(npu, pr=newest_pr)
+            assert fallback.fallback_reason() == ""
     for store_url, label in ((url, "ClickHouse"), ("", "PostgreSQL")):
         f = found[store_url]
         depth = max(t.results for t in f.tests)

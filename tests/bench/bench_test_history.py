@@ -27,9 +27,10 @@ from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
-from hud.figures import queries
+from hud.history import queries as history_queries
+from hud.stores import fallback
+from hud.stores.clickhouse import case_table, copy_cases
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases
 from ootci.models import Backend, JobResult, TestReport
 from tests.bench.data import BACKENDS, median_ms
 
@@ -123,7 +124,7 @@ def seed_clickhouse(backends: list[Backend], now) -> float:
     )
     began = time.perf_counter()
     with clickhouse.session():
-        copy_cases.ensure_schema()
+        case_table.ensure_schema()
         clickhouse.command(sql, {"now": now, "ids": [b.pk for b in backends], "repos": [b.repo for b in backends]})
         inserted = time.perf_counter() - began
         clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
@@ -155,17 +156,17 @@ def timed_calls(client) -> dict:
     def get(path):
         response = client.get(path)
         assert response.status_code == 200, path
-        assert queries.fallback_reason() == ""
+        assert fallback.fallback_reason() == ""
 
     calls = {
-        "test page, 7 days: figures": lambda: queries.test_page(generic_id=PROBE, days=7),
+        "test page, 7 days: figures": lambda: history_queries.page(generic_id=PROBE, days=7),
         "test page, 7 days: request": lambda: get(page),
         "test page, 7 days: first after a pause": lambda: (clickhouse.release(), get(page)),
         "test page, 30 days: request": lambda: get(page + "?days=30"),
         "test page API, 7 days: request": lambda: get("/api" + page),
     }
     for name, text in SEARCHES.items():
-        calls[f"{name}: figures"] = lambda text=text: queries.test_search(text=text, days=7, page=1)
+        calls[f"{name}: figures"] = lambda text=text: history_queries.search(text=text, days=7, page=1)
         calls[f"{name}: request"] = lambda text=text: get(f"/oot/tests/?q={quote(text)}")
     calls["search float32, page 40: request"] = lambda: get("/oot/tests/?q=float32&page=40")
     return calls
@@ -187,14 +188,14 @@ def test_test_history_on_clickhouse_and_postgresql(client, settings, tmp_path):
         settings.CLICKHOUSE_URL = setting
         for name, call in timed_calls(client).items():
             if name.endswith("figures"):
-                with queries.unit_of_work():
+                with fallback.unit_of_work():
                     figures[store, name] = median_ms(call, RUNS)
             else:
                 figures[store, name] = median_ms(call, RUNS)
     settings.CLICKHOUSE_URL = url
-    with queries.unit_of_work():
-        shown = queries.test_page(generic_id=PROBE, days=7)
-        found = queries.test_search(text="float32", days=7, page=1)
+    with fallback.unit_of_work():
+        shown = history_queries.page(generic_id=PROBE, days=7)
+        found = history_queries.search(text="float32", days=7, page=1)
     print(f"probe {PROBE}: {len(shown.backends)} backends × {len(shown.columns)} columns; ", end="")
     print(f"{sum(b.runs for b in shown.backends)} results in 7 days; 'float32' page 1: {len(found.hits)} tests")
 

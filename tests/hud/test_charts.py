@@ -3,7 +3,8 @@
 import re
 from datetime import date
 
-from hud.figures.queries import BackendInfo, DayRate, MetricsSeries
+from hud.figures.queries import DayRate, MetricsSeries
+from hud.stores.types import BackendInfo
 from hud.web import charts
 
 

@@ -17,6 +17,7 @@ from django_q.models import Schedule
 from hud import tasks
 from hud.figures import queries
 from hud.models import ReplicationCursor
+from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_jobs
 from ootci import replication
@@ -420,7 +421,7 @@ def test_a_request_after_chdb_hold_lets_the_engine_go_so_a_waiting_process_gets_
 
 def test_a_task_does_not_keep_the_engine(chdb, make_job, opener):
     make_job()
-    with queries.unit_of_work():  # the figure refresh's unit of work, in the worker
+    with fallback.unit_of_work():  # the figure refresh's unit of work, in the worker
         queries.overview(days=7, event="pull_request")
         assert opener() == "held"  # read from ClickHouse
     assert clickhouse._lingering.client is None

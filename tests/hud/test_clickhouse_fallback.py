@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hud.figures import queries
+from hud.stores import fallback
 from hud.stores.clickhouse import copy_jobs
 from tests.hud import scenario
 from tests.hud.builders import job
@@ -21,7 +21,7 @@ PAGES = ["/oot/", "/oot/acme/npu/", "/oot/pr/101/", "/oot/metrics/"]
 def no_outage_left_over():
     """A failed read makes this process skip ClickHouse for a while; tests in the same worker start afresh."""
     yield
-    queries._outage.update(until=0.0, reason="")
+    fallback._outage.update(until=0.0, reason="")
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_after_a_failure_the_database_answers_for_a_while_and_nothing_is_cached_
     down = client.get("/oot/").content.decode()
     settings.CLICKHOUSE_URL = chdb_url  # back, but this process waits before trying it again
     still_down = client.get("/oot/").content.decode()
-    queries._outage.update(until=0.0)  # the wait is over
+    fallback._outage.update(until=0.0)  # the wait is over
     back = client.get("/oot/").content.decode()
 
     assert BANNER in down and "42.9" in down  # 3 of 7 from PostgreSQL

@@ -11,8 +11,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from hud.figures import queries
+from hud.stores import allowlisted, fallback
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_jobs
+from hud.stores.types import EVENTS
 from ootci.models import JobResult, PullRequest
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request
@@ -27,7 +29,7 @@ def chdb_url(tmp_path) -> str:
     return f"chdb://{tmp_path / 'clickhouse'}"
 
 
-def figures(*, now, backend_ids, pr_numbers, job_ids, events=queries.EVENTS, pages=(1, 2)) -> dict:
+def figures(*, now, backend_ids, pr_numbers, job_ids, events=EVENTS, pages=(1, 2)) -> dict:
     """Every figure the pages and the API show, keyed by what was asked."""
     found: dict = {}
     for event in events:
@@ -59,10 +61,10 @@ def assert_same_figures(settings, url: str, **asked) -> dict:
     settings.CLICKHOUSE_URL = ""
     from_database = figures(now=now, **asked)
     settings.CLICKHOUSE_URL = url
-    with queries.unit_of_work():
-        assert queries.source() == "clickhouse"
+    with fallback.unit_of_work():
+        assert fallback.source() == "clickhouse"
         from_clickhouse = figures(now=now, **asked)
-        assert queries.fallback_reason() == ""  # every figure came from ClickHouse, none from a fallback
+        assert fallback.fallback_reason() == ""  # every figure came from ClickHouse, none from a fallback
     assert from_clickhouse.keys() == from_database.keys()
     for key, value in from_database.items():
         assert from_clickhouse[key] == value, key
@@ -132,7 +134,7 @@ def test_the_demo_data_has_the_same_figures_in_both_stores(settings, chdb_url):
     call_command("seed_demo", stdout=None)
     settings.CLICKHOUSE_URL = chdb_url
     copy_jobs.replicate()
-    backends = queries.backends()
+    backends = allowlisted.backends()
     prs = list(PullRequest.objects.order_by("number").values_list("number", flat=True))
     jobs = list(JobResult.objects.order_by("id").values_list("id", flat=True))
 
@@ -201,9 +203,9 @@ def test_readiness_at_each_gates_edge_is_the_same_in_both_stores(settings, chdb_
     from_database = queries.readiness(now=now)
     settings.CLICKHOUSE_URL = chdb_url
     copy_jobs.replicate()
-    with queries.unit_of_work():
+    with fallback.unit_of_work():
         from_clickhouse = queries.readiness(now=now)
-        assert queries.fallback_reason() == ""
+        assert fallback.fallback_reason() == ""
 
     assert from_clickhouse == from_database
     r = from_clickhouse[edge.id]

@@ -6,7 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from hud.figures import queries
+from hud.failing import classes
+from hud.failing import queries as failing_queries
+from hud.stores import allowlisted
 from tests.hud import builders
 from tests.hud.failing_history import BASE, HEAD, History, generic_id, pushed
 
@@ -66,9 +68,9 @@ def by_name(found) -> dict:
 
 def test_each_failing_test_on_a_pr_gets_its_classes(history, npu, xpu):
     build_pr(history, npu, xpu)
-    info = queries.backend("acme/npu")
+    info = allowlisted.backend("acme/npu")
 
-    found = queries.failing_tests(info, pr=7)
+    found = failing_queries.failing_tests(info, pr=7)
 
     tests = by_name(found)
     assert set(tests) == {"t_new", "t_old", "t_only", "t_rerun", "t_att", "t_absent"}  # not t_ok, which passed
@@ -87,7 +89,7 @@ def test_each_failing_test_on_a_pr_gets_its_classes(history, npu, xpu):
 def test_flaky_says_why_rerun_within_a_job_or_attempts_that_disagree(history, npu, xpu):
     build_pr(history, npu, xpu)
 
-    tests = by_name(queries.failing_tests(queries.backend("acme/npu"), pr=7))
+    tests = by_name(failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=7))
 
     assert tests["t_rerun"].flaky_why == ("passed on rerun", "passed and failed at one SHA")
     assert tests["t_att"].flaky_why == ("passed and failed at one SHA",)  # attempt 1 passed, attempt 2 failed
@@ -98,7 +100,7 @@ def test_flaky_says_why_rerun_within_a_job_or_attempts_that_disagree(history, np
 def test_a_backend_without_a_nightly_or_push_run_has_no_baseline(history, npu, xpu):
     build_pr(history, npu, xpu)
 
-    found = queries.failing_tests(queries.backend("intel/xpu"), pr=7)
+    found = failing_queries.failing_tests(allowlisted.backend("intel/xpu"), pr=7)
 
     assert found.baseline is None
     only = [(generic_id("t_new"), ("no baseline",), "fails")]
@@ -109,7 +111,7 @@ def test_a_backend_without_a_nightly_or_push_run_has_no_baseline(history, npu, x
 def test_the_pr_summary_line_counts_new_failures_apart(history, npu, xpu):
     build_pr(history, npu, xpu)
 
-    line = queries.failing_summary_line(queries.pr_failing_tests(7))
+    line = classes.summary_line(failing_queries.pr_failing_tests(7))
 
     npu_part, xpu_part = line.split(" · ")
     assert npu_part == "4 new failures on npu, 1 already failing, 1 not on the baseline"
@@ -124,7 +126,7 @@ def test_without_a_run_on_the_base_commit_the_latest_run_before_the_push_is_the_
     history.baseline(npu, {"t_a": "failed"}, sha="e" * 40, hours=2)  # after the push: not a baseline
     history.pr_job(npu, pr, {"t_a": "failed"})
 
-    found = queries.failing_tests(queries.backend("acme/npu"), pr=8)
+    found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=8)
 
     assert (found.baseline.rule, found.baseline.sha) == ("before", "d" * 40)
     assert by_name(found)["t_a"].classes == ("new",)
@@ -137,7 +139,7 @@ def test_the_run_on_the_base_commit_wins_over_a_later_one(history, npu):
     history.baseline(npu, {"t_a": "passed"}, sha="d" * 40, hours=5)
     history.pr_job(npu, pr, {"t_a": "failed"}, hours=0.5)
 
-    found = queries.failing_tests(queries.backend("acme/npu"), pr=9)
+    found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=9)
 
     assert (found.baseline.rule, found.baseline.sha, found.baseline.event) == ("base", BASE, "push")
     assert by_name(found)["t_a"].classes == ("already failing",)
@@ -149,7 +151,7 @@ def test_a_baseline_run_without_a_test_report_is_not_a_baseline(history, npu):
     builders.job(npu, name="build", event_type="nightly", head_sha=BASE, finished=builders.ago(hours=5))
     history.pr_job(npu, pr, {"t_a": "failed"}, hours=0.5)
 
-    found = queries.failing_tests(queries.backend("acme/npu"), pr=10)
+    found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=10)
 
     assert found.baseline is None and by_name(found)["t_a"].classes == ("no baseline",)
 
@@ -161,7 +163,7 @@ def test_the_flakiness_score_counts_flips_over_the_last_20_results(history, npu)
     for n, status in enumerate(results):
         history.baseline(npu, {"t_s": status}, sha=f"{n:040x}", hours=100 - n)
 
-    found = queries.failing_tests(queries.backend("acme/npu"))
+    found = failing_queries.failing_tests(allowlisted.backend("acme/npu"))
 
     t = by_name(found)["t_s"]
     assert (t.results, t.flakiness, t.flakiness_pct) == (20, round(1 / 19, 4), 5.3)
@@ -176,7 +178,7 @@ def test_a_test_that_alternates_scores_one_and_is_flaky_when_one_sha_saw_both(hi
         history.baseline(npu, {"t_s": status}, sha=f"{n:040x}", hours=10 - n)
     history.baseline(npu, {"t_s": "passed"}, sha=f"{3:040x}", hours=5.5, name="test-2")  # same SHA, another job
 
-    t = by_name(queries.failing_tests(queries.backend("acme/npu")))["t_s"]
+    t = by_name(failing_queries.failing_tests(allowlisted.backend("acme/npu")))["t_s"]
 
     assert t.flakiness == 1.0 and t.results == 5
     assert t.flaky_why == ("passed and failed at one SHA",)
@@ -188,7 +190,7 @@ def test_only_here_needs_a_pass_elsewhere_and_no_failure(history, npu, xpu, make
     history.baseline(xpu, {"t_a": "passed", "t_b": "passed"}, sha=BASE, hours=3)
     history.baseline(mps, {"t_b": "failed"}, sha=BASE, hours=3, event="push")
 
-    tests = by_name(queries.failing_tests(queries.backend("acme/npu")))
+    tests = by_name(failing_queries.failing_tests(allowlisted.backend("acme/npu")))
 
     assert tests["t_a"].only_here and tests["t_a"].elsewhere == "passes"
     assert not tests["t_b"].only_here and tests["t_b"].elsewhere == "fails"
@@ -199,7 +201,7 @@ def test_the_first_failure_message_line_and_the_failing_jobs_are_kept(history, n
     history.baseline(npu, {"t_a": "failed"}, sha=BASE, hours=3)
     history.baseline(npu, {"t_a": "error"}, sha=BASE, hours=3, name="test-2")
 
-    t = by_name(queries.failing_tests(queries.backend("acme/npu")))["t_a"]
+    t = by_name(failing_queries.failing_tests(allowlisted.backend("acme/npu")))["t_a"]
 
     assert t.jobs == ("ci / test-1", "ci / test-2")
     assert t.message == "AssertionError: boom" and t.status == "failed"

@@ -4,7 +4,8 @@ hand-built history gives the same classes, baselines, scores and order; with Cli
 import pytest
 
 from hud import tasks
-from hud.figures import queries
+from hud.failing import queries as failing_queries
+from hud.stores import allowlisted, fallback
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_cases
 from hud.stores.clickhouse.failing import ClickHouseCases
@@ -16,13 +17,13 @@ pytestmark = pytest.mark.django_db
 
 
 def everything() -> dict:
-    npu_, xpu_ = queries.backend("acme/npu"), queries.backend("intel/xpu")
+    npu_, xpu_ = allowlisted.backend("acme/npu"), allowlisted.backend("intel/xpu")
     return {
-        "pr": queries.pr_failing_tests(7),
-        "npu latest": queries.failing_tests(npu_),
-        "npu pr": queries.failing_tests(npu_, pr=7),
-        "xpu pr": queries.failing_tests(xpu_, pr=7),
-        "xpu latest": queries.failing_tests(xpu_),
+        "pr": failing_queries.pr_failing_tests(7),
+        "npu latest": failing_queries.failing_tests(npu_),
+        "npu pr": failing_queries.failing_tests(npu_, pr=7),
+        "xpu pr": failing_queries.failing_tests(xpu_, pr=7),
+        "xpu latest": failing_queries.failing_tests(xpu_),
     }
 
 
@@ -41,15 +42,15 @@ def test_both_stores_classify_the_same_history_the_same_way(settings, tmp_path, 
     tasks.clickhouse_replicate()
     tasks.clickhouse_replicate()  # the overlap sends recent cases again: the reads must collapse them (FINAL)
 
-    with queries.unit_of_work():
-        assert queries.source() == "clickhouse"
+    with fallback.unit_of_work():
+        assert fallback.source() == "clickhouse"
         copies = clickhouse.select(f"SELECT count() AS n FROM {copy_cases.TABLE}")[0]["n"]
         distinct = clickhouse.select(f"SELECT count() AS n FROM {copy_cases.TABLE} FINAL")[0]["n"]
         assert copies > distinct  # duplicates are there to collapse
-        npu_id = queries.backend("acme/npu").id
+        npu_id = allowlisted.backend("acme/npu").id
         assert len(ClickHouseCases().history(tests={npu_id: [generic_id("t_s")]}, limit=20)) == 5
         from_clickhouse = everything()
-        assert queries.fallback_reason() == ""  # every read came from ClickHouse
+        assert fallback.fallback_reason() == ""  # every read came from ClickHouse
 
     assert from_clickhouse == from_database
     latest = from_clickhouse["npu latest"]
@@ -62,7 +63,7 @@ def test_with_clickhouse_down_the_database_answers_and_the_page_says_so(client, 
     settings.CLICKHOUSE_URL = ""
     expected = client.get("/api/oot/acme/npu/failing-tests/?pr=7").json()
     settings.CLICKHOUSE_URL = unreachable
-    queries._outage.update(until=0.0, reason="")
+    fallback._outage.update(until=0.0, reason="")
 
     assert client.get("/api/oot/acme/npu/failing-tests/?pr=7").json() == expected
     html = client.get("/oot/acme/npu/?view=failing-tests&pr=7").content.decode()
@@ -73,12 +74,12 @@ def test_with_clickhouse_the_cases_of_the_jobs_come_from_the_database_and_the_hi
     settings, tmp_path, built
 ):
     settings.CLICKHOUSE_URL = ""
-    expected = queries.failing_tests(queries.backend("acme/npu"), pr=7)
+    expected = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=7)
     settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"  # configured, no case copied yet
 
-    with queries.unit_of_work():
-        found = queries.failing_tests(queries.backend("acme/npu"), pr=7)
-        assert queries.fallback_reason() == ""
+    with fallback.unit_of_work():
+        found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=7)
+        assert fallback.fallback_reason() == ""
 
     # The failing tests and their classes by job (baseline, other backends) are the database's; the history read
     # from ClickHouse is empty until the cases are copied there.

@@ -3,7 +3,8 @@ from datetime import timedelta
 import pytest
 
 from hud.figures import pages, queries
-from hud.figures.queries import BackendStats, Counts
+from hud.stores import softcache
+from hud.stores.types import BackendStats, Counts
 from ootci.models import Dispatch
 from tests.hud import scenario
 from tests.hud.builders import ago, dispatch, job, pull_request
@@ -179,7 +180,7 @@ def test_the_matrix_pages_fifty_rows(make_backend):
 
 
 def test_columns_sort_numbers_naturally():
-    assert sorted(["ci / shard-10", "ci / shard-2", "ci / build"], key=queries.natural_key) == [
+    assert sorted(["ci / shard-10", "ci / shard-2", "ci / build"], key=pages.natural_key) == [
         "ci / build",
         "ci / shard-2",
         "ci / shard-10",
@@ -290,7 +291,7 @@ def test_a_figure_older_than_hud_cache_seconds_is_computed_by_the_request_which_
     job(backend, name="a", event_type="push", head_sha="1" * 40)
     first = queries.backend_stats(days=1, event="push")
     job(backend, name="b", conclusion="failure", event_type="push", head_sha="1" * 40)
-    key = queries.figure_key("database", "stats", (1, "push", None))
+    key = softcache.figure_key("database", "stats", (1, "push", None))
     computed_at, value = cache.get(key)
     cache.set(key, (computed_at - 61, value))  # a minute later
 

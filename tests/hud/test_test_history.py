@@ -5,7 +5,7 @@ from urllib.parse import quote
 
 import pytest
 
-from hud.figures import queries
+from hud.history import queries as history_queries
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 from tests.hud.histories import ADD, ADDMM, LAYER, S
@@ -24,7 +24,7 @@ def by_repo(found) -> dict:
 
 
 def test_the_grid_has_a_column_per_tested_sha_newest_first_and_the_latest_result_in_each_cell(history):
-    found = queries.test_page(generic_id=ADD, days=7)
+    found = history_queries.page(generic_id=ADD, days=7)
 
     assert [(c.sha, c.pr_number) for c in found.columns] == [
         (S["5"], None),
@@ -44,7 +44,7 @@ def test_the_grid_has_a_column_per_tested_sha_newest_first_and_the_latest_result
 
 
 def test_each_backend_says_since_when_it_fails_and_its_pass_rate(history):
-    rows = by_repo(queries.test_page(generic_id=ADD, days=7))
+    rows = by_repo(history_queries.page(generic_id=ADD, days=7))
 
     npu, xpu, mps = rows["acme/npu"], rows["intel/xpu"], rows["quiet/mps"]
     assert (npu.passed, npu.failed, npu.skipped, npu.pass_rate) == (2, 3, 1, 40.0)
@@ -53,7 +53,7 @@ def test_each_backend_says_since_when_it_fails_and_its_pass_rate(history):
     assert (xpu.pass_rate, xpu.started_failing.after_pass) == (0.0, False)  # never passed in the window
     assert xpu.started_failing.first.sha == S["3"]
     assert (mps.pass_rate, mps.started_failing) == (50.0, None)  # passing now
-    assert [h.backend.repo for h in queries.test_page(generic_id=ADD, days=7).backends] == [
+    assert [h.backend.repo for h in history_queries.page(generic_id=ADD, days=7).backends] == [
         "acme/npu",
         "intel/xpu",
         "quiet/mps",
@@ -61,15 +61,15 @@ def test_each_backend_says_since_when_it_fails_and_its_pass_rate(history):
 
 
 def test_a_longer_window_finds_the_pass_before_the_failures(history):
-    rows = by_repo(queries.test_page(generic_id=ADD, days=30))
+    rows = by_repo(history_queries.page(generic_id=ADD, days=30))
 
     xpu = rows["intel/xpu"]
     assert (xpu.pass_rate, xpu.started_failing.after_pass, xpu.started_failing.first.sha) == (33.3, True, S["3"])
-    assert len(queries.test_page(generic_id=ADD, days=30).columns) == 6
+    assert len(history_queries.page(generic_id=ADD, days=30).columns) == 6
 
 
 def test_the_last_failure_keeps_its_message(history):
-    rows = by_repo(queries.test_page(generic_id=ADD, days=7))
+    rows = by_repo(history_queries.page(generic_id=ADD, days=7))
 
     assert rows["acme/npu"].last_failure.status == "error"
     assert rows["acme/npu"].last_failure.message.startswith("RuntimeError: last one")
@@ -77,7 +77,7 @@ def test_the_last_failure_keeps_its_message(history):
 
 
 def test_search_finds_ids_in_any_case_failing_most_recently_first(history):
-    found = queries.test_search(text="ADD", days=7, page=1)
+    found = history_queries.search(text="ADD", days=7, page=1)
 
     assert [h.generic_id for h in found.hits] == [ADD, ADDMM, LAYER]
     assert [(h.runs, h.failures) for h in found.hits] == [(9, 6), (1, 1), (1, 0)]
@@ -85,7 +85,7 @@ def test_search_finds_ids_in_any_case_failing_most_recently_first(history):
 
 
 def test_search_pages_fifty_at_a_time_in_code_point_order(history):
-    pages = [queries.test_search(text="bulk", days=7, page=n) for n in (1, 2, 3, 4)]
+    pages = [history_queries.search(text="bulk", days=7, page=n) for n in (1, 2, 3, 4)]
 
     assert [len(p.hits) for p in pages] == [50, 50, 21, 0]
     assert [p.has_next for p in pages] == [True, True, False, False]

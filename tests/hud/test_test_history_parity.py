@@ -6,9 +6,10 @@ import pytest
 from django.utils import timezone
 
 from hud import tasks
-from hud.figures import queries
+from hud.history import queries as history_queries
+from hud.stores import fallback
+from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def no_outage_left_over():
     yield
-    queries._outage.update(until=0.0, reason="")
+    fallback._outage.update(until=0.0, reason="")
 
 
 def both_stores(settings, url: str, ask) -> tuple:
@@ -27,10 +28,10 @@ def both_stores(settings, url: str, ask) -> tuple:
     settings.CLICKHOUSE_URL = ""
     from_database = ask(now)
     settings.CLICKHOUSE_URL = url
-    with queries.unit_of_work():
-        assert queries.source() == "clickhouse"
+    with fallback.unit_of_work():
+        assert fallback.source() == "clickhouse"
         from_clickhouse = ask(now)
-        assert queries.fallback_reason() == ""
+        assert fallback.fallback_reason() == ""
     return from_database, from_clickhouse
 
 
@@ -45,10 +46,10 @@ def test_the_hand_built_histories_read_the_same_from_both_stores(settings, make_
         found = {}
         for days in (1, 7, 30):
             for generic_id in (histories.ADD, histories.ADDMM, histories.LAYER, "no_such.py::T::t"):
-                found["page", generic_id, days] = queries.test_page(generic_id=generic_id, days=days, now=now)
+                found["page", generic_id, days] = history_queries.page(generic_id=generic_id, days=days, now=now)
             for text in ("add", "ADD", "bulk", "TestBulk::test_b", "k::test_", "st_0%", "nothing"):
                 for page in (1, 2, 3):
-                    found["search", text, days, page] = queries.test_search(text=text, days=days, page=page, now=now)
+                    found["search", text, days, page] = history_queries.search(text=text, days=days, page=page, now=now)
         return found
 
     from_database, from_clickhouse = both_stores(settings, url, ask)
@@ -75,7 +76,7 @@ def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tm
     tasks.clickhouse_replicate()
 
     from_database, from_clickhouse = both_stores(
-        settings, url, lambda now: queries.test_search(text="test_once", days=7, page=1, now=now)
+        settings, url, lambda now: history_queries.search(text="test_once", days=7, page=1, now=now)
     )
 
     assert from_clickhouse == from_database
@@ -96,12 +97,12 @@ def test_the_test_pages_answer_from_the_database_when_clickhouse_is_down(client,
 
 def test_a_table_made_before_the_search_index_gets_it(settings, tmp_path):
     settings.CLICKHOUSE_URL = f"chdb://{tmp_path / 'clickhouse'}"
-    older = copy_cases.SCHEMA.replace(f",\n        {copy_cases.SEARCH_INDEX}", "")
-    assert older != copy_cases.SCHEMA
+    older = case_table.SCHEMA.replace(f",\n        {case_table.SEARCH_INDEX}", "")
+    assert older != case_table.SCHEMA
     with clickhouse.session():
         clickhouse.command(older)
-        copy_cases.ensure_schema()
-        copy_cases.ensure_schema()  # and again: nothing to add
+        case_table.ensure_schema()
+        case_table.ensure_schema()  # and again: nothing to add
         found = clickhouse.rows("SELECT name FROM system.data_skipping_indices WHERE table = 'oot_test_case'")
 
-    assert found == [(copy_cases.SEARCH_INDEX_NAME,)]
+    assert found == [(case_table.SEARCH_INDEX_NAME,)]

@@ -61,14 +61,14 @@ def test_a_report_written_by_pytest_parses_to_its_cases(tmp_path):
 def test_the_device_is_made_generic_in_class_and_test_names():
     names = junit.DeviceNames("npu")
     assert (
-        names.test_id("test_ops.py", "TestCommonPRIVATEUSE1", "test_add_npu_float32")
+        names.generic_id("test_ops.py", "TestCommonPRIVATEUSE1", "test_add_npu_float32")
         == "test_ops.py::TestCommon{DEVICE}::test_add_{device}_float32"
     )
-    assert names.test_id("test_nn.py", "TestNNDeviceTypeNPU", "test_conv[npu-float16]") == (
+    assert names.generic_id("test_nn.py", "TestNNDeviceTypeNPU", "test_conv[npu-float16]") == (
         "test_nn.py::TestNNDeviceType{DEVICE}::test_conv[{device}-float16]"
     )
-    assert names.test_id("a.py", "TestInput", "test_input_npu") == "a.py::TestInput::test_input_{device}"
-    assert names.test_id("a.py", "TestSnpuX", "test_inpu") == "a.py::TestSnpuX::test_inpu"  # only whole words
+    assert names.generic_id("a.py", "TestInput", "test_input_npu") == "a.py::TestInput::test_input_{device}"
+    assert names.generic_id("a.py", "TestSnpuX", "test_inpu") == "a.py::TestSnpuX::test_inpu"  # only whole words
 
 
 def test_reruns_and_unittest_xml_reporting_shapes_are_counted():

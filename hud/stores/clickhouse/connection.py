@@ -14,16 +14,7 @@ the replication and the HUD's store (`select`, `rows`, `command`, `insert`).
   (`session(linger=True)`) leaves its engine open for the next request a moment longer (`CHDB_LINGER`,
   for `CHDB_HOLD` in a row at most), as starting the engine costs more than most HUD queries.
   Deployments with several processes (gunicorn workers, qcluster) use a server.
-
-Reading: a row is stored again each time its JobResult changes (and the replication overlap re-sends
-recent rows), so rows only collapse to the latest version at merge time. Queries must deduplicate:
-`SELECT … FROM oot_workflow_job FINAL` (simplest; ClickHouse merges at read time and drops rows marked
-deleted), or `argMax(column, version) … GROUP BY id` with `HAVING argMax(is_deleted, version) = 0`.
-
-Latest attempts: each row also carries `newer_finished_at`, the latest finish time of the newer attempts of its
-job (`JobResult.JOB_FIELDS`, newer by `JobResult.LATEST_ORDER`), 1970 when it has none. A row is its job's latest
-attempt within a window starting at `t` exactly when `finished_at >= t > newer_finished_at`, so the HUD reads latest
-attempts with a filter instead of grouping by job. Replication keeps it (see `hud.stores.clickhouse.copy_jobs`).
+How the table is read: ``hud.stores.clickhouse.jobs``.
 """
 
 import atexit

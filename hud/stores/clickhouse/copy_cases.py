@@ -11,7 +11,8 @@ ReplacingMergeTree; read the table `FINAL`. A re-parse that gives other cases (a
 leaves rows the new parse does not replace: the report is marked (`TestReport.replaced`) and the next run deletes its
 older versions (`_drop_replaced`).
 
-Granules of 1,024 rows, each its own compressed block (``STORAGE``): the failing-tests history reads each failing
+The table is defined in ``hud.stores.clickhouse.case_table``: granules of 1,024 rows, each its own compressed block
+(``STORAGE``): the failing-tests history reads each failing
 test's key range on one backend (about 170 rows in the bench), which with the default 8,192-row granules and 64 KB
 blocks cost a whole granule or two, and their blocks, per test. A table created before keeps its granularity until it
 is recreated (README, "Failing tests"); the search index still covers 8,192 rows per filter (8 granules).
@@ -27,6 +28,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from hud.models import ReplicationCursor
+from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse.copy_jobs import OVERLAP, _micros
 from ootci.models import TestReport
@@ -34,50 +36,12 @@ from ootci.reports import blobs, junit
 
 logger = logging.getLogger(__name__)
 
-TABLE = "oot_test_case"
+TABLE = case_table.TABLE
 CURSOR_NAME = TABLE
 REPORTS_PER_READ = 50
 REPLACED_PER_RUN = 500  # re-parsed reports whose earlier copies one run deletes (one statement)
 BATCH_ROWS = 50_000
 
-# The test search (hud.stores.clickhouse.history) looks for text inside generic ids: an n-gram bloom filter per 8
-# granules lets it skip the granules that cannot hold the text (the table is sorted by id, so a granule holds few ids).
-SEARCH_INDEX_NAME = "generic_id_ngrams"
-SEARCH_INDEX = f"INDEX {SEARCH_INDEX_NAME} lowerUTF8(generic_id) TYPE ngrambf_v1(3, 8192, 2, 0) GRANULARITY 8"
-# Measured on the 10-million-case bench (README): the one-backend history read 94 -> 60 ms; 1,024-row granules alone
-# gained little, as a narrow column's 64 KB compressed block still held 8,192 rows or more.
-STORAGE = "index_granularity = 1024, min_compress_block_size = 4096"
-# `reported_at` is when the report arrived (TestReport.received_at, after the job finished for a pulled artifact):
-# unlike the job's finish time it never changes, so every copy of a case has the same sorting key and collapses.
-SCHEMA = f"""
-    CREATE TABLE IF NOT EXISTS {TABLE} (
-        generic_id String COMMENT 'TestCase.test_id: file::Class::name with the device made generic',
-        backend_id UInt64,
-        reported_at DateTime64(6, 'UTC') COMMENT 'TestReport.received_at',
-        report_id UInt64,
-        ordinal UInt32 COMMENT 'position of the case in its report',
-        backend_repo LowCardinality(String),
-        job_id UInt64,
-        event_type LowCardinality(String),
-        pr_number Nullable(UInt32),
-        job_sha String,
-        workflow_name LowCardinality(String),
-        job_name LowCardinality(String),
-        file LowCardinality(String),
-        classname LowCardinality(String),
-        name String,
-        status LowCardinality(String),
-        duration Float64,
-        reruns UInt32,
-        message String,
-        version UInt64 COMMENT 'TestReport.parsed_at in microseconds: the latest parse wins',
-        {SEARCH_INDEX}
-    )
-    ENGINE = ReplacingMergeTree(version)
-    PARTITION BY toYYYYMM(reported_at)
-    ORDER BY (generic_id, backend_id, reported_at, report_id, ordinal)
-    SETTINGS {STORAGE}
-"""
 COLUMNS = [
     "generic_id",
     "backend_id",
@@ -102,15 +66,6 @@ COLUMNS = [
 ]
 
 
-def ensure_schema() -> None:
-    """The table, and the search index on a table created before it (its older parts are read whole until merged,
-    or at once after `ALTER TABLE oot_test_case MATERIALIZE INDEX generic_id_ngrams`)."""
-    clickhouse.command(SCHEMA)
-    indexes = "SELECT name FROM system.data_skipping_indices WHERE database = currentDatabase() AND table = {t:String}"
-    if SEARCH_INDEX_NAME not in {name for (name,) in clickhouse.rows(indexes, {"t": TABLE})}:
-        clickhouse.command(f"ALTER TABLE {TABLE} ADD {SEARCH_INDEX}")
-
-
 def replicate() -> int:
     """Copy every case of the reports parsed since the cursor; returns the cases sent. When ClickHouse (ClickHouseError)
     or the intermediate store fails, the cursor records the error and it is raised: the next run starts where this
@@ -121,7 +76,7 @@ def replicate() -> int:
     sent = 0
     try:
         with clickhouse.session():
-            ensure_schema()
+            case_table.ensure_schema()
             _drop_replaced()
             while reports := _reports_after(after):
                 rows: list[list[Any]] = []

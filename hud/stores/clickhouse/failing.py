@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hud.failing.classes import COUNTED
+from hud.stores.base import CASE_COUNTED as COUNTED
 from hud.stores.base import as_datetime
+from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases
-from hud.stores.clickhouse.copy_cases import TABLE
+from hud.stores.clickhouse.case_table import TABLE
 
 KEY = "generic_id, backend_id, reported_at, report_id, ordinal"  # the sorting key: every version of a case has it
 TESTS = "generic_id IN {test_ids:Array(String)}"
@@ -46,7 +46,7 @@ class ClickHouseCases:
         # The job results' table can be there before the first case replication creates this one: until then
         # ClickHouse has no cases yet (as it lacks a job not yet copied), which is not an outage.
         with clickhouse.session():
-            copy_cases.ensure_schema()
+            case_table.ensure_schema()
         pairs = [(bid, test) for bid, ids in tests.items() for test in ids]
         wanted = f"{TESTS} AND (backend_id, generic_id) IN {{pairs:Array(Tuple(UInt64, String))}}"
         cases = latest("backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal", wanted)

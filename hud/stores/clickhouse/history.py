@@ -3,7 +3,7 @@
 parse).
 
 The table is sorted by generic id first, so one test's history is a range read. The search is a LIKE on the
-lower-cased id, which the table's n-gram bloom filter index (``copy_cases.SEARCH_INDEX``) answers by skipping
+lower-cased id, which the table's n-gram bloom filter index (``case_table.SEARCH_INDEX``) answers by skipping
 the granules that cannot hold the text: a search that matches few tests reads few granules, one that matches most
 tests reads the table. Rows mirror ``hud.stores.db.history`` column for column; ids are ordered by code point
 (ClickHouse's string order, and PostgreSQL's with ``COLLATE "C"``).
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from hud.history.assembly import COUNTED, FAILING
+from hud.stores.base import CASE_COUNTED as COUNTED
+from hud.stores.base import CASE_FAILING as FAILING
+from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases
 
-TABLE = copy_cases.TABLE
+TABLE = case_table.TABLE
 SINCE = "{since:DateTime64(6, 'UTC')}"
 IS_FAILING = f"status IN {FAILING!r}"
 IS_COUNTED = f"status IN {COUNTED!r}"

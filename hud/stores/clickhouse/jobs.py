@@ -17,6 +17,16 @@ they are from PostgreSQL; definitions live in ``hud.figures.queries``' docstring
 - before FINAL merges, window reads are pruned by creation time and point reads by sorting key (``in_window``,
   ``matching``), both conditions that every version of a wanted row meets.
 
+Reading: a row is stored again each time its JobResult changes (and the replication overlap re-sends
+recent rows), so rows only collapse to the latest version at merge time. Queries must deduplicate:
+`SELECT … FROM oot_workflow_job FINAL` (simplest; ClickHouse merges at read time and drops rows marked
+deleted), or `argMax(column, version) … GROUP BY id` with `HAVING argMax(is_deleted, version) = 0`.
+
+Latest attempts: each row also carries `newer_finished_at`, the latest finish time of the newer attempts of its
+job (`JobResult.JOB_FIELDS`, newer by `JobResult.LATEST_ORDER`), 1970 when it has none. A row is its job's latest
+attempt within a window starting at `t` exactly when `finished_at >= t > newer_finished_at`, so the HUD reads latest
+attempts with a filter instead of grouping by job. Replication keeps it (see `hud.stores.clickhouse.copy_jobs`).
+
 Each method reads through one ClickHouse session (one client, however many statements); a request shares
 one session across its methods (``queries.unit_of_work``). Driver failures surface as ``ClickHouseError``;
 ``queries`` falls back to the database store then.

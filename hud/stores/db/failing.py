@@ -10,7 +10,8 @@ from __future__ import annotations
 from django.db.models import CharField, F, Value, Window
 from django.db.models.functions import Cast, Concat, RowNumber
 
-from hud.failing.classes import COUNTED, FAILING
+from hud.stores.base import CASE_COUNTED as COUNTED
+from hud.stores.base import CASE_FAILING as FAILING
 from hud.stores.base import as_datetime
 from ootci.models import TestCase
 

@@ -14,7 +14,8 @@ from django.db import connection
 from django.db.models import Count, F, Max, Q
 from django.db.models.functions import Collate
 
-from hud.history.assembly import COUNTED, FAILING
+from hud.stores.base import CASE_COUNTED as COUNTED
+from hud.stores.base import CASE_FAILING as FAILING
 from ootci.models import TestCase, TestReport
 
 

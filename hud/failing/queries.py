@@ -1,5 +1,9 @@
-"""Which jobs the failing-tests view reads (``hud.failing.classes``): a backend's jobs on a PR's head or in its latest
-nightly/push run, their baseline run, and the other backends' jobs at the same upstream SHA.
+"""The failing-tests views' reads (pages and JSON API): each backend's failing tests classified
+(``hud.failing.classes``) on a PR's head or in its latest baseline, and each failed job's failure line
+(``hud.failing.lines``).
+
+Which jobs are read: a backend's jobs on a PR's head or in its latest nightly/push run, their baseline run, and the
+other backends' jobs at the same upstream SHA.
 
 These are a few indexed JobResult rows, read from the database (the system of record) whichever store holds the
 test cases; a job's result is its latest attempt (``JobResult.LATEST_ORDER``, as everywhere in the HUD).
@@ -14,11 +18,11 @@ from django.conf import settings
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
 
+from hud.failing import lines
 from hud.failing.classes import (
     BASELINE_EVENTS,
     BackendFailing,
     Baseline,
-    CaseStore,
     Run,
     RunJob,
     Target,
@@ -26,8 +30,12 @@ from hud.failing.classes import (
     chosen_tests,
     classified,
 )
-from hud.stores.base import latest_attempts
-from hud.stores.types import BackendInfo
+from hud.stores import allowlisted, softcache
+from hud.stores.base import CaseRows, latest_attempts, since
+from hud.stores.clickhouse.failing import ClickHouseCases
+from hud.stores.db.failing import DatabaseCases
+from hud.stores.fallback import FallbackCases, clickhouse_failed, source
+from hud.stores.types import BackendInfo, PrDetail
 from ootci.models import Delivery, JobResult, PullRequest, TestReport
 
 FIELDS = ("id", "backend_id", "event_type", "job_sha", "pr_number", "workflow_name", "job_name", "run_attempt")
@@ -178,7 +186,7 @@ def recent_prs(backend_id: int) -> list[dict]:
 
 
 def pr_failing(
-    store: CaseStore, number: int, backends: list[BackendInfo], *, head: str = ""
+    store: CaseRows, number: int, backends: list[BackendInfo], *, head: str = ""
 ) -> list[BackendFailing] | None:
     """Each backend's failing tests on the PR's head (``head``, else the PR's as last seen), classified; None if the
     PR was never relayed. The baselines are looked for only when a backend has a failing test there, so a PR without
@@ -197,10 +205,58 @@ def pr_failing(
     return classified(store, targets, failing=failing)
 
 
-def backend_failing(store: CaseStore, backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
+def backend_failing(store: CaseRows, backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
     """The backend's failing tests on PR ``pr``'s head (None if that PR was never relayed), else in its latest
     nightly or push run with a test report."""
     if pr is None:
         return classified(store, [latest_baseline_target(backend)])[0]
     found = pr_failing(store, pr, [backend])
     return None if found is None else found[0]
+
+
+# --- the views' reads ----------------------------------------------------------------------------------------------
+
+
+def case_store() -> CaseRows:
+    """The test cases the failing-tests view reads, as ``hud.figures.queries.store`` picks job results."""
+    if source() != "clickhouse":
+        return DatabaseCases()
+    return FallbackCases(ClickHouseCases(), DatabaseCases(), failed=clickhouse_failed)
+
+
+def failing_tests(backend: BackendInfo, *, pr: int | None = None) -> BackendFailing | None:
+    """The backend's failing tests, classified (hud.failing.classes), on PR ``pr``'s head or in its latest baseline."""
+    return backend_failing(case_store(), backend, pr=pr)
+
+
+def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[BackendFailing] | None:
+    """Each backend of the PR's page (``detail``, else every shown one) classified on its head; None if unknown.
+    Cached (HUD_CACHE_SECONDS) until a job result or test report of that head changes: the page refreshes every
+    minute, and a PR that fails on a dozen backends costs a few hundred milliseconds to classify."""
+    backends, head = ([g.backend for g in detail.groups], detail.head_sha) if detail else (allowlisted.shown(), "")
+    head = head or pr_head(number)
+    if not head:
+        return None
+
+    def compute() -> list[BackendFailing] | None:
+        return pr_failing(case_store(), number, backends, head=head)
+
+    if not settings.HUD_CACHE_SECONDS:
+        return compute()
+    ids = ",".join(str(b.id) for b in backends)
+    return softcache.through_cache("pr_failing", (number, head, ids, pr_state(number, head)), compute)
+
+
+def recent_failing_prs(backend_id: int) -> list[dict]:
+    """The backend's latest PR heads with a test failure, for the failing-tests view's links."""
+    return recent_prs(backend_id)
+
+
+def job_failures(job_ids) -> dict[int, lines.FailureLine]:
+    """The failure line and class of each of these jobs that was classified (hud.failing.lines), by job id."""
+    return lines.failure_lines(job_ids)
+
+
+def failure_signatures(*, days: int, now: datetime | None = None) -> list[lines.Signature]:
+    """The failures page: failure signatures of the shown backends in the window, most jobs affected first."""
+    return lines.signatures(since=since(days, now), backend_ids=[b.id for b in allowlisted.shown()])
