@@ -3,10 +3,10 @@
 import logging
 
 from relay.alerts import incidents, notify
-from relay.endpoints import intake, job_reports
+from relay.endpoints import intake
 from relay.github import check_runs, outbox, reruns
 from relay.reliability import journal, sweeper
-from relay.reports import logs, pull
+from relay.reports import follow_up, logs, pull
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def jobs_sweep() -> dict[str, int]:
 
 def job_completed(job_id: int) -> str:
     """Enqueued on commit by a callback that completed a job: its reports, its log, the alert rules."""
-    return job_reports.job_completed_follow_up(job_id=job_id)
+    return follow_up.job_completed_follow_up(job_id=job_id)
 
 
 # --- check runs and re-runs --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from relay.endpoints import callback, log_upload, report_upload, webhook
+from relay.endpoints import callback, ingest, log_upload, report_upload, webhook
 
 app_name = "relay"
 urlpatterns = [
@@ -8,5 +8,5 @@ urlpatterns = [
     path("github/callback", callback.CallbackApi.as_view(), name="callback"),
     path("github/test-report", report_upload.TestReportApi.as_view(), name="test-report"),
     path("github/job-log", log_upload.JobLogApi.as_view(), name="job-log"),
-    path("api/crcr/results", callback.IngestApi.as_view(), name="crcr-results"),
+    path("api/crcr/results", ingest.IngestApi.as_view(), name="crcr-results"),
 ]

@@ -1,7 +1,7 @@
 """The HUD's JSON API under /api/oot/: the same figures as the pages, from hud.figures.queries.
 
 One APIView per operation. Query parameters behave as on the pages (bad values fall back to defaults).
-The POST /api/crcr/results ingest is the relay's (relay/endpoints/callback.py): the relay writes, the HUD reads.
+The POST /api/crcr/results ingest is the relay's (relay/endpoints/ingest.py): the relay writes, the HUD reads.
 """
 
 from drf_spectacular.types import OpenApiTypes

@@ -1,3 +1,2 @@
-"""The admin of the shared domain, one module per registry; importing the package registers them all."""
-
-from ootci.admin import alerts, backends, disabled, failures, governance  # noqa: F401  (they register their models)
+"""The admin of the shared domain, one module per registry; the app registers them when it is ready (``ootci.apps``),
+so that the relay's admin can import ``ootci.admin.base`` without loading every registry."""

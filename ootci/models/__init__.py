@@ -1,6 +1,7 @@
 """The shared domain's models, one module per area; everything is importable from ``ootci.models``.
 
-- ``core``: the allowlist (Backend, LevelChange), upstream pull requests and deliveries, dispatches, job results.
+- ``core``: the allowlist (Backend, LevelChange).
+- ``runs``: upstream pull requests and deliveries, dispatches, job results, refused callbacks.
 - ``reports``: per-test results (TestReport, TestCase).
 - ``failures``: the log classifier's rules and each failed job's classification.
 - ``governance``: level reviews, gate notices and temporary downgrades.
@@ -9,21 +10,14 @@
 - ``broker``: tasks the broker could not take while Redis was down (DeferredTask).
 """
 
+from ootci.events import Event
 from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
 from ootci.models.broker import DeferredTask
 from ootci.models.core import (
     REPO_PATTERN,
     Backend,
-    CallbackRejection,
-    Delivery,
-    Dispatch,
-    DispatchQuerySet,
-    Event,
-    JobResult,
     LevelChange,
-    PullRequest,
     default_events,
-    lost_cutoff,
     reserved_org_problem,
     validate_repo,
 )
@@ -31,6 +25,15 @@ from ootci.models.disabled import DisabledTest
 from ootci.models.failures import FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.reports import TestCase, TestReport
+from ootci.models.runs import (
+    CallbackRejection,
+    Delivery,
+    Dispatch,
+    DispatchQuerySet,
+    JobResult,
+    PullRequest,
+    lost_cutoff,
+)
 
 __all__ = [
     "AlertRule",

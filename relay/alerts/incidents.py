@@ -1,5 +1,5 @@
 """On-call alerting: the rules of ``ootci.models.AlertRule``, evaluated after a callback completes a job (by the
-worker, ``relay.endpoints.job_reports.job_completed_follow_up``) and every minute (relay health and readiness gates,
+worker, ``relay.reports.follow_up.job_completed_follow_up``) and every minute (relay health and readiness gates,
 :func:`periodic_evaluate`).
 
 An incident opens once per fingerprint (a partial unique index: concurrent evaluations race on it and the loser

@@ -19,11 +19,10 @@ from django_q.tasks import async_task
 from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay.alerts import incidents
 from relay.endpoints import ratelimit
 from relay.endpoints.tokens import callback_token_matches
 from relay.github import check_runs
-from relay.reports import logs, pull
+from relay.reports import logs
 
 logger = logging.getLogger(__name__)
 
@@ -112,19 +111,6 @@ def callback_accept(
         job_id = applied.job.pk
         transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id), robust=True)
     return CallbackOutcome(applied.job, applied.changed)
-
-
-def job_completed_follow_up(*, job_id: int) -> str:
-    """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
-    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (a GitHub
-    Actions run), a failed job's log is classified (both queued: they call GitHub), and the alert rules it bears on
-    are evaluated here."""
-    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
-    if job is None:
-        return "missing"
-    pull.job_reports_pull_wanted(job)
-    logs.job_log_after_report(job=job)
-    return incidents.job_alerts_evaluate(job_id=job_id)
 
 
 def crcr_result_apply(*, trusted: dict[str, Any], report: dict[str, Any]) -> JobResult:

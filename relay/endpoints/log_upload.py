@@ -1,6 +1,6 @@
 """POST /github/job-log: a failed job's log uploaded by CI that is not GitHub Actions (Buildkite, Jenkins, ...).
 
-Authenticated as the callback is (the job's OIDC token, the allowlist, the rate limit: relay.endpoints.callback), the
+Authenticated as the callback is (the job's OIDC token, the allowlist, the rate limit: relay.endpoints.requests), the
 job named by query parameters (``delivery_id``, ``run_id``, ``job_name``, ``run_attempt``), the body the raw log
 (text/plain, at most JOB_LOG_MAX_BYTES), streamed into the intermediate store and classified by a task
 (relay.reports.logs).
@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from ootci.http.api_errors import RefusalSerializer
 from ootci.models import JobResult
-from relay.endpoints.callback import Refused, _rate_limit, _reporting_backend, _verified_repo, body_size_check
+from relay.endpoints.requests import Refused, body_size_check, rate_limit, reporting_backend, verified_repo
 from relay.reliability import archive
 from relay.reports import logs
 
@@ -61,8 +61,8 @@ class JobLogApi(APIView):
     def post(self, request: Request) -> Response:
         limit = settings.JOB_LOG_MAX_BYTES
         body_size_check(request, limit=limit, too_large="The log is {length} bytes; logs are limited to {limit} bytes.")
-        backend = _reporting_backend(_verified_repo(request))
-        _rate_limit(backend.repo)
+        backend = reporting_backend(verified_repo(request))
+        rate_limit(backend.repo)
         job = _job_named(request, backend_id=backend.pk)
         if not logs.job_log_wanted(job):
             raise Refused(

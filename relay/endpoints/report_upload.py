@@ -1,6 +1,6 @@
 """POST /github/test-report: a job's test report uploaded directly, for CI that is not GitHub Actions (or prefers it).
 
-Same OIDC token and allowlist checks as the callback (relay.endpoints.callback), in the same order, cheapest first; the
+Same OIDC token and allowlist checks as the callback (relay.endpoints.requests), in the same order, cheapest first; the
 query names the job attempt exactly as its callback did; the body is one JUnit XML file or a zip/tar.gz of them,
 optionally ``Content-Encoding: gzip``. The bytes go to the intermediate store and a task parses them: the answer is 202.
 """
@@ -17,7 +17,7 @@ from ootci.http.api_errors import RefusalSerializer, validation_detail
 from ootci.models import TestReport
 from ootci.reports import junit
 from relay.endpoints import ratelimit
-from relay.endpoints.callback import MAX_COUNT, Refused, _reporting_backend, _verified_repo, body_size_check
+from relay.endpoints.requests import MAX_COUNT, Refused, body_size_check, reporting_backend, verified_repo
 from relay.reports import pull
 
 CONTENT_TYPES = {
@@ -70,8 +70,8 @@ class TestReportApi(APIView):
             limit=junit.MAX_COMPRESSED,
             too_large="The report is {length} bytes; uploads are limited to {limit} bytes (50 MB).",
         )
-        repo = _verified_repo(request)
-        backend = _reporting_backend(repo)
+        repo = verified_repo(request)
+        backend = reporting_backend(repo)
         limit = settings.CALLBACK_RATE_LIMIT_PER_MIN
         decision = ratelimit.rate_limit_hit(key=f"test-report:{repo.lower()}", limit=limit)
         if not decision.allowed:

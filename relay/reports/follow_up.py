@@ -1,0 +1,18 @@
+"""What a callback that completed a job starts, run by the task worker (``relay.tasks.job_completed``)."""
+
+from ootci.models import JobResult
+from relay.alerts import incidents
+from relay.reports import logs, pull
+
+
+def job_completed_follow_up(*, job_id: int) -> str:
+    """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
+    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (a GitHub
+    Actions run), a failed job's log is classified (both queued: they call GitHub), and the alert rules it bears on
+    are evaluated here."""
+    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    pull.job_reports_pull_wanted(job)
+    logs.job_log_after_report(job=job)
+    return incidents.job_alerts_evaluate(job_id=job_id)
