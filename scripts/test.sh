@@ -77,7 +77,7 @@ lane="sqlite:///$PWD/var/lane.sqlite3"
 rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3
 DATABASE_URL=$lane .venv/bin/python manage.py migrate -v 0
 DATABASE_URL=$lane .venv/bin/python manage.py seed_demo
-DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/test_queries.py tests/relay/test_webhook.py \
-  tests/relay/test_dispatch.py tests/relay/test_callback.py tests/relay/test_ingest.py tests/relay/test_sweeper.py \
-  tests/ootci/test_seed_demo.py tests/hud/test_test_history.py tests/hud/test_failing_tests.py \
-  tests/ootci/test_disabled_tests.py
+DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
+  tests/relay/github/test_outbox.py tests/relay/endpoints/test_callback.py tests/relay/endpoints/test_ingest.py tests/relay/reliability/test_sweeper.py \
+  tests/ootci/test_seed_demo.py tests/hud/history/test_history.py tests/hud/failing/test_classes.py \
+  tests/ootci/disabled/test_registry.py

@@ -29,9 +29,9 @@ is
 The job results underneath are read through a store (``hud.stores.base``), picked by :func:`store`: the Django
 database (``hud.stores.db.jobs``), or with ``CLICKHOUSE_URL`` set the ClickHouse store (``hud.stores.clickhouse.jobs``);
 both return the same rows on the same data, and the pages are assembled from them once (``hud.figures.pages``), so both
-give identical figures (tests/hud/test_clickhouse_parity.py). Outcome, finish time and tested SHA are the JobResult
-columns that ``ootci.models`` defines; the levels shown come from ``ootci.levels.shown_on_hud()``. When a ClickHouse
-read fails, the database answers and the page says so (``hud.stores.fallback``).
+give identical figures (tests/hud/stores/test_clickhouse_parity.py). Outcome, finish time and tested SHA are the
+JobResult columns that ``ootci.models`` defines; the levels shown come from ``ootci.levels.shown_on_hud()``. When a
+ClickHouse read fails, the database answers and the page says so (``hud.stores.fallback``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ case), oldest first by (arrival, report, position in the report).
 
 The rows come from a store (``test_history_db`` on PostgreSQL/SQLite, ``test_history_clickhouse`` on ClickHouse, the
 database answering when ClickHouse fails, as for the job figures); both return the same rows on the same data
-(tests/hud/test_test_history_parity.py). ``hud.figures.queries`` is the interface the views use.
+(tests/hud/history/test_parity.py). ``hud.figures.queries`` is the interface the views use.
 """
 
 from __future__ import annotations

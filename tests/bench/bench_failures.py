@@ -7,7 +7,7 @@ Run: .venv/bin/pytest -s -p no:xdist tests/bench/bench_failures.py   (prints fig
    cause near the end) streamed from a file through relay.reports.classify.log_classify with the 44 default rules plus
    56 generated backend-specific ones. Time of the best of 3 runs; peak Python memory of one more run under
    tracemalloc (timed apart: tracing slows allocation). Goals <= 2 s and <= 100 MB.
-2. Agreement: every log of the corpus (tests/relay/failure_logs) against the default rules; the share whose rule
+2. Agreement: every log of the corpus (tests/relay/reports/failure_logs) against the default rules; the share whose rule
    and class are the ones its header expects. Goal >= 95 %.
 3. Visible: the completed failure callback of a GitHub Actions job, its job list and log fetched from the fake
    GitHub answering every request after 100 ms (the 302 to storage followed), classified (tasks inline, as an idle
@@ -26,7 +26,7 @@ from ootci.models import JobResult
 from relay.reports.classify import Rule, log_classify
 from relay.reports.logs import rules_for
 from tests.relay.conftest import app_key, completed_failure, failing_run, fake_github  # noqa: F401
-from tests.relay.test_classify import CORPUS, corpus_log
+from tests.relay.reports.test_classify import CORPUS, corpus_log
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("failure_rules")]
 

@@ -28,7 +28,7 @@ from ootci.reports import junit
 from relay.reports import pull
 from tests.hud import builders
 from tests.relay.conftest import app_key, fake_github  # noqa: F401
-from tests.relay.reports import zipped
+from tests.relay.report_files import zipped
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

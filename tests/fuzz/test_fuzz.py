@@ -24,7 +24,7 @@ from tests.fakes.oidc import AUDIENCE, Downstream, reporter_body
 from tests.fuzz import strategies as hostile
 from tests.hud import scenario
 from tests.relay.conftest import UPSTREAM, fixture_json, sign
-from tests.relay.test_ingest import forwarded
+from tests.relay.endpoints.test_ingest import forwarded
 
 pytestmark = pytest.mark.django_db
 

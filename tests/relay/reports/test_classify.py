@@ -1,4 +1,4 @@
-"""The log classifier on the corpus of downstream job logs (tests/relay/failure_logs) and on hostile logs."""
+"""The log classifier on the corpus of downstream job logs (tests/relay/reports/failure_logs) and on hostile logs."""
 
 import io
 import re

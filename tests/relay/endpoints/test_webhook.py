@@ -1,7 +1,7 @@
 """POST /github/webhook: signature first, deduplication, routing, and what gets stored.
 
 These tests run in a transaction, so nothing is enqueued on commit: they see the rows the webhook
-writes, not the dispatch itself (tests/relay/test_dispatch.py plays the worker).
+writes, not the dispatch itself (tests/relay/github/test_outbox.py plays the worker).
 """
 
 import json

@@ -7,7 +7,7 @@ import pytest
 
 from relay.reports import pull
 from tests.hud import builders
-from tests.relay.reports import junit_xml
+from tests.relay.report_files import junit_xml
 
 pytestmark = pytest.mark.django_db
 

@@ -169,7 +169,7 @@ def test_windows_start_at_the_microsecond_in_both_stores(settings, chdb_url, mak
 
 
 def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb_url, make_backend):
-    from tests.hud.test_queries import a_rerun_that_finished_before_the_first_attempt
+    from tests.hud.figures.test_queries import a_rerun_that_finished_before_the_first_attempt
 
     backend = make_backend("windows/npu", "L3")
     a_rerun_that_finished_before_the_first_attempt(backend)
@@ -182,7 +182,7 @@ def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb
 
 
 def test_readiness_at_each_gates_edge_is_the_same_in_both_stores(settings, chdb_url, make_backend):
-    from tests.hud.test_readiness import pr_jobs
+    from tests.hud.readiness.test_readiness import pr_jobs
 
     edge = make_backend("edge/npu", "L3", device="edge")  # 100 jobs: 1 timeout, 1 overrun; queue average 1800 s
     pr_jobs(edge, 97, queue_time=1800.0)

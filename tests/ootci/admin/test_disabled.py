@@ -9,7 +9,7 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from ootci.models import DisabledTest
-from tests.ootci.test_disabled_suggestions import ADD_NAME, RERUN_PASS, disable, job_with
+from tests.ootci.disabled.test_suggestions import ADD_NAME, RERUN_PASS, disable, job_with
 
 pytestmark = pytest.mark.django_db
 

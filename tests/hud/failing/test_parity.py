@@ -9,9 +9,9 @@ from hud.stores import allowlisted, fallback
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_cases
 from hud.stores.clickhouse.failing import ClickHouseCases
+from tests.hud.failing.test_classes import build_pr, history, npu, xpu  # noqa: F401 - fixtures
 from tests.hud.failing_history import BASE, generic_id
-from tests.hud.test_clickhouse_fallback import no_outage_left_over, unreachable  # noqa: F401 - fixtures
-from tests.hud.test_failing_tests import build_pr, history, npu, xpu  # noqa: F401 - fixtures
+from tests.hud.stores.test_fallback import no_outage_left_over, unreachable  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 
 from ootci.models import JobResult
 from tests.hud import scenario
-from tests.relay.test_ingest import forwarded, post
+from tests.relay.endpoints.test_ingest import forwarded, post
 
 pytestmark = pytest.mark.django_db
 

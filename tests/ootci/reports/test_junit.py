@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from ootci.reports import junit
-from tests.relay.reports import junit_xml, tar_gz, zipped
+from tests.relay.report_files import junit_xml, tar_gz, zipped
 
 BILLION_LAUGHS = b"""<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">

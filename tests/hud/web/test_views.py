@@ -275,7 +275,7 @@ def test_pages_and_the_admin_send_a_strict_csp(client):
 def test_no_template_has_an_inline_script_or_style():
     from pathlib import Path
 
-    for template in (Path(__file__).resolve().parents[2] / "templates").rglob("*.html"):
+    for template in (Path(__file__).resolve().parents[3] / "templates").rglob("*.html"):
         source = template.read_text()
         assert "style=" not in source and "<style" not in source, template
         assert re.search(r"<script(?![^>]*\bsrc=)", source) is None, template

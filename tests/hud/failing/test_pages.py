@@ -6,8 +6,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ootci.models import TestCase
+from tests.hud.failing.test_classes import build_pr, history, npu, xpu  # noqa: F401 - fixtures
 from tests.hud.failing_history import BASE, HEAD, generic_id
-from tests.hud.test_failing_tests import build_pr, history, npu, xpu  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from hud.stores.clickhouse import copy_cases
 from ootci.models import TestCase, TestReport
 from relay.reports import pull
 from tests.hud import builders
-from tests.relay.reports import junit_xml
+from tests.relay.report_files import junit_xml
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from ootci.models import JobResult, TestCase, TestReport
 from relay.reliability import archive
 from relay.reports import pull
-from tests.ootci.test_junit import BILLION_LAUGHS
-from tests.relay.reports import junit_xml, zipped
-from tests.relay.test_archive import s3  # noqa: F401 - the moto S3 server fixture
+from tests.ootci.reports.test_junit import BILLION_LAUGHS
+from tests.relay.reliability.test_archive import s3  # noqa: F401 - the moto S3 server fixture
+from tests.relay.report_files import junit_xml, zipped
 
 RUN_ID = "24033272679"  # the run of the recorded completed callback
 QUERY = {"workflow": "npu-ci", "job": "test-npu-float32", "run_id": RUN_ID, "run_attempt": 1}
