@@ -2,6 +2,7 @@ import uuid
 
 import pytest
 
+from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
@@ -13,6 +14,14 @@ def _no_engine_left_open():
     whose directory is another (chdb runs one per process)."""
     yield
     clickhouse.release()
+
+
+@pytest.fixture(autouse=True)
+def _no_outage_left_over():
+    """A failed ClickHouse read makes this process read the database for a while
+    (``fallback.RETRY_CLICKHOUSE_SECONDS``); every test starts afresh, whichever test of the same worker failed one."""
+    yield
+    fallback._outage.update(until=0.0, reason="")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from hud.stores.clickhouse import copy_cases
 from hud.stores.clickhouse.failing import ClickHouseCases
 from tests.hud.failing.test_classes import build_pr, history, npu, xpu  # noqa: F401 - fixtures
 from tests.hud.failing_history import BASE, generic_id
-from tests.hud.stores.test_fallback import no_outage_left_over, unreachable  # noqa: F401 - fixtures
+from tests.hud.stores.test_fallback import unreachable  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from hud.stores import fallback
+from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_jobs
 from tests.hud import scenario
 from tests.hud.builders import job
@@ -15,13 +16,6 @@ pytestmark = pytest.mark.django_db
 
 BANNER = "Analytics store unavailable — showing figures from PostgreSQL."
 PAGES = ["/oot/", "/oot/acme/npu/", "/oot/pr/101/", "/oot/metrics/"]
-
-
-@pytest.fixture(autouse=True)
-def no_outage_left_over():
-    """A failed read makes this process skip ClickHouse for a while; tests in the same worker start afresh."""
-    yield
-    fallback._outage.update(until=0.0, reason="")
 
 
 @pytest.fixture
@@ -89,15 +83,25 @@ def test_the_chdb_directory_is_free_after_a_page(client, settings, chdb_url, tmp
 
     assert client.get("/oot/").status_code == 200
 
-    # Another process (the replication worker) can open the directory as soon as the response is out.
+    # Another process (the replication worker) gets the directory once the page's engine stops lingering
+    # (CHDB_LINGER): it waits for it as the worker does (CHDB_BUSY_WAIT), trying again every 0.1 s.
     script = (
-        "import clickhouse_connect, sys\n"
-        "c = clickhouse_connect.get_client(interface='chdb', path=sys.argv[1])\n"
+        "import clickhouse_connect, sys, time\n"
+        "deadline = time.monotonic() + float(sys.argv[2])\n"
+        "while True:\n"
+        "    try:\n"
+        "        c = clickhouse_connect.get_client(interface='chdb', path=sys.argv[1])\n"
+        "        break\n"
+        "    except Exception:\n"
+        "        if time.monotonic() > deadline:\n"
+        "            raise\n"
+        "        time.sleep(0.1)\n"
         "print(c.query('SELECT count() FROM oot_workflow_job FINAL').result_rows[0][0])\n"
         "c.close()\n"
     )
     path = chdb_url.removeprefix("chdb://")
-    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=60)
+    wait = str(clickhouse.CHDB_BUSY_WAIT)
+    done = subprocess.run([sys.executable, "-c", script, path, wait], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 0
 
