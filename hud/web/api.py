@@ -60,13 +60,20 @@ class BackendView(APIView):
 
 
 class JobView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One job attempt and every attempt of that job")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="One job attempt and every attempt of that job",
+        description="``failure``: why the attempt failed, as the job page shows it (class, where it was decided, the "
+        "rule and the log line with its link on GitHub, the failed step); null when it did not fail or is not "
+        "classified yet.",
+    )
     def get(self, request: Request, org: str, repo: str, job_id: int) -> Response:
         info = backend_or_404(org, repo)
         detail = queries.job_detail(backend_id=info.id, job_id=job_id)
         if detail is None:
             raise NotFound(f"{info.repo} has no job {job_id}")
-        return Response(plain(detail))
+        failure = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
+        return Response(plain(detail) | {"failure": plain(failure)})
 
 
 class ReadinessView(APIView):

@@ -1,68 +1,62 @@
-"""The save-time check of a failure rule's regex: valid, not matching every line, and not catastrophically slow.
+"""A failure rule's regex: compiled for RE2, the linear-time engine the classifier matches with, and checked at save.
 
-Its own module (no models): the FailureRule model checks itself with it, and ootci.failures.rules' import checks files.
+RE2 (``google-re2``) matches in time linear in the line whatever the pattern, so no rule can pin a worker, however it
+nests its repeats; in exchange it has no lookarounds, backreferences, atomic groups or possessive repeats, and a rule
+using one is refused with a message that names it. Its own module (no models): the FailureRule model checks itself
+with it, ``ootci.failures.rules``' import checks files, and ``relay.reports.classify`` compiles with it.
 """
 
-import json
 import re
-import subprocess
-import sys
+
+import re2
 
 REGEX_MAX_LENGTH = 2000
-# The adversarial lines a rule must get through, all of them within REGEX_TIME_LIMIT seconds in a fresh interpreter:
-# a catastrophically backtracking pattern ((a+)+$, (.*)*x, .*.*.*=) takes minutes on them; a sane one microseconds.
-ADVERSARIAL_LENGTH = 4096
-REGEX_TIME_LIMIT = 5.0
 
-_CHECK = """
-import json, re, sys
-pattern, lines = json.loads(sys.stdin.read())
-compiled = re.compile(pattern)
-for line in lines:
-    compiled.search(line)
-"""
+# What RE2 does not do, as people write it, and what to call it in the refusal.
+UNSUPPORTED = [
+    (re.compile(r"\(\?<?="), "a lookahead or lookbehind (?=…) / (?<=…)"),
+    (re.compile(r"\(\?<?!"), "a negative lookahead or lookbehind (?!…) / (?<!…)"),
+    (re.compile(r"\(\?P="), "a named backreference (?P=…)"),
+    (re.compile(r"(?<!\\)\\[1-9]"), r"a backreference \1"),
+    (re.compile(r"\(\?>"), "an atomic group (?>…)"),
+    (re.compile(r"(?<!\\)[*+?}]\+"), "a possessive repeat such as a*+"),
+]
 
 
-def adversarial_lines(pattern: str) -> list[str]:
-    """Long lines made of the pattern's own characters (and common log characters), each with a spoiler at the end:
-    what makes a backtracking regex try every way of splitting them."""
-    chars = sorted({c for c in pattern if c.isprintable()} | set("a0 /.-=:_"))
-    lines = []
-    for c in chars:
-        lines += [c * ADVERSARIAL_LENGTH, c * (ADVERSARIAL_LENGTH - 1) + "\x00"]
-    pairs = "".join(ch for ch in pattern if ch.isalnum())[:8] or "ab"
-    lines.append((pairs * ADVERSARIAL_LENGTH)[:ADVERSARIAL_LENGTH] + "\x00")
-    lines.append(("a " * ADVERSARIAL_LENGTH)[:ADVERSARIAL_LENGTH] + "!")
-    return lines
+class Unusable(ValueError):
+    """The regex cannot be a rule; the message says why and what to change."""
+
+
+def _options(*, log_errors: bool = False) -> re2.Options:
+    options = re2.Options()
+    options.log_errors = log_errors  # a refused pattern is our answer to give, not a line on the worker's stderr
+    return options
+
+
+def compiled(pattern: str, *, multiline: bool = False):
+    """``pattern`` compiled for RE2 (``multiline``: ^ and $ at every line of a block), or Unusable."""
+    if len(pattern) > REGEX_MAX_LENGTH:
+        raise Unusable(f"The regex is {len(pattern)} characters long; at most {REGEX_MAX_LENGTH}.")
+    try:
+        return re2.compile(("(?m)" if multiline else "") + pattern, _options())
+    except re2.error as e:
+        for construct, name in UNSUPPORTED:
+            if construct.search(pattern):
+                message = f"Rules run on RE2, a linear-time engine, which does not support {name}"
+                raise Unusable(f"{message}: rewrite the regex without it.") from e
+        detail = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise Unusable(f"Not a valid regular expression for RE2: {detail}.") from e
 
 
 def regex_problem(pattern: str) -> str:
-    """Why ``pattern`` cannot be a rule ("" if it can): not a valid regex, matching an empty line (so every log),
-    or too slow on adversarial lines (checked in a subprocess that is killed at the time limit)."""
+    """Why ``pattern`` cannot be a rule ("" if it can): empty, too long, not valid for RE2 (or using what RE2 does not
+    do), or matching an empty line (so every log)."""
     if not pattern.strip():
         return "The regex is empty."
-    if len(pattern) > REGEX_MAX_LENGTH:
-        return f"The regex is {len(pattern)} characters long; at most {REGEX_MAX_LENGTH}."
     try:
-        compiled = re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as e:
-        return f"Not a valid regular expression: {e}."
-    if compiled.search(""):
+        regex = compiled(pattern)
+    except Unusable as e:
+        return str(e)
+    if regex.search("") is not None:
         return "The regex matches an empty line, so it would match every log."
-    try:
-        subprocess.run(
-            [sys.executable, "-I", "-c", _CHECK],
-            input=json.dumps([pattern, adversarial_lines(pattern)]),
-            text=True,
-            timeout=REGEX_TIME_LIMIT,
-            check=True,
-            capture_output=True,
-        )
-    except subprocess.TimeoutExpired:
-        return (
-            f"The regex backtracks catastrophically: it took over {REGEX_TIME_LIMIT:.0f} s on lines of "
-            f"{ADVERSARIAL_LENGTH} characters. Avoid nested or adjacent repeats such as (a+)+ or .*.*."
-        )
-    except subprocess.CalledProcessError as e:
-        return f"The regex could not be checked: {e.stderr.strip()[-300:]}"
     return ""

@@ -78,6 +78,8 @@ class JobFailure(models.Model):
     step_line = models.PositiveIntegerField(null=True, blank=True, help_text="The matched line within its step")
     failed_step = models.CharField(max_length=255, blank=True, help_text="The first failed step GitHub reports")
     failed_step_number = models.PositiveIntegerField(null=True, blank=True)
+    failed_step_started_at = models.DateTimeField(null=True, blank=True, help_text="The failed step's start (job API)")
+    failed_step_completed_at = models.DateTimeField(null=True, blank=True, help_text="The failed step's end (job API)")
     github_job_id = models.BigIntegerField(null=True, blank=True)
     log_key = models.CharField(max_length=500, blank=True, help_text="Key of the raw log in TEST_REPORTS_URL")
     log_sha256 = models.CharField(max_length=64, blank=True)

@@ -228,7 +228,7 @@ class TooLarge(GitHubError):
 
 def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[dict[str, Any]]:
     """GET /repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs, every page: each job as
-    ``{"id", "name", "conclusion", "steps": [{"name", "number", "conclusion"}]}``."""
+    ``{"id", "name", "conclusion", "steps": [{"name", "number", "conclusion", "started_at", "completed_at"}]}``."""
     client = installation_client(repo=repo)
     path = f"/repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs"
     jobs: list[dict[str, Any]] = []
@@ -245,7 +245,13 @@ def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[d
                 "name": job.get("name") or "",
                 "conclusion": job.get("conclusion") or "",
                 "steps": [
-                    {"name": s.get("name") or "", "number": s.get("number"), "conclusion": s.get("conclusion") or ""}
+                    {
+                        "name": s.get("name") or "",
+                        "number": s.get("number"),
+                        "conclusion": s.get("conclusion") or "",
+                        "started_at": s.get("started_at") or "",
+                        "completed_at": s.get("completed_at") or "",
+                    }
                     for s in job.get("steps") or []
                 ],
             }

@@ -1,37 +1,75 @@
 """The log classifier: which line of a job log explains its failure, by rules (``ootci.models.FailureRule``).
 
-Matching is PyTorch's log classifier's: ANSI codes and the Actions timestamp prefix are stripped, every rule is
-matched against one line at a time, each rule keeps its **last** match in the log, and the matching rule of highest
-priority wins (ties: the later match, then the name). The log is read as a stream in blocks of about a megabyte,
-never whole; a line longer than LINE_CAP bytes is matched and kept on its first LINE_CAP bytes.
+Matching is PyTorch's log classifier's, but for one thing: ANSI codes and the Actions timestamp prefix are stripped,
+every rule is matched against one line at a time, and the matching rule of highest priority wins (ties: the later
+match, then the name); a generic rule keeps its **last** match, as there, but a rule of a real class its **first**
+(``FIRST_ERROR_WINS``): the first compiler error or failed test explains the ones after it. Warnings (``WARNING:``,
+``##[warning]``) are printed on the way to a failure, never as its cause: they are not matched. Rules run on
+RE2 (``google-re2``): linear time whatever the rule and the line, so no rule can pin a worker; a log still stops at
+its time budget (``budget``), and says so.
 
-Speed: most lines of a log match no rule, and Python's regex engine would take seconds per rule on a 50 MB log. So
-each rule's regex is parsed for the words any match must contain (``required_literals``: "no space left" for
-``(?i)no space left on device``), one Aho-Corasick automaton finds those words in a block in a single pass, and only
-the lines holding one are matched, each by the rules whose word it holds. A rule without such a word (say
-``^\\d+$``) is searched in every block: it works, but slowly (the admin says so).
+Where to look. A job fails in one step; the set-up before it and the post-job steps after it (artifact uploads that
+run ``if: always()``, cleanup) never explain it. So the matches are ranked by where they are: first those in the failed
+step — the job API's (its times, ``StepWindow``), else the step holding the log's first ``##[error]`` line — then those
+before it, then those after it. Within one place a rule of a real class beats a generic one (class ``unknown``:
+``Process completed with exit code 1``, any ``##[error]`` line), which wins only where nothing else matched.
+
+Reading: the log is read as a stream in blocks of about a megabyte, never whole; a line longer than LINE_CAP bytes is
+matched and kept on its first LINE_CAP bytes. Most lines match no rule: each rule's regex is parsed for the words any
+match must contain (``relay.reports.literals``), one Aho-Corasick automaton finds those words in a block in a single
+pass, and only the lines holding one are matched, each by the rules whose word it holds. A rule without such a word is
+searched in every block: it works, but slowly (the admin says so).
 """
 
 import bisect
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from re import _constants as sre
-from re import _parser as sre_parse
-from typing import BinaryIO
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
 
 import ahocorasick_rs
+
+from ootci.failures.regex import Unusable, compiled
+from relay.reports.literals import required_literals
 
 CHUNK = 1024 * 1024
 LINE_CAP = 4096  # bytes of one line kept for matching and display
 CONTEXT_LINES = 12
-MIN_LITERAL = 3  # shorter required words would make nearly every line a candidate: such a rule is searched instead
+DENSE = 200  # a rule whose word is on more lines of a block than this is searched through the block instead
+BUDGET_SECONDS = 60.0  # one log's classification stops here, whatever its size, and says where it stopped
 # Stripped before matching: the Actions timestamp (``2026-01-02T03:04:05.1234567Z ``) and ANSI escapes (SGR colours,
 # cursor moves, OSC titles), carriage returns (progress bars) and NULs.
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")
+STAMPS = re.compile(rb"\n\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")  # after a newline: found by memchr
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 STEP_HEADER = "##[group]Run "
+POST_STEP = "Post job cleanup."  # the first line of each post-job step
+ERROR = "##[error]"
+STAMP = re.compile(rb"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6})\d*)?Z")
+GENERIC = "unknown"  # the class of rules that name no cause ("Process completed with exit code 1")
+# A rule of a real class keeps its first match in a place: the first error explains the ones after it (the first
+# compiler error, the first failed test, the first write that found the disk full). A generic rule keeps its last.
+FIRST_ERROR_WINS = ("build", "test", "lint", "infra")
+WARNINGS = ("##[warning]", "WARNING:", "warning:")
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The failed step as the job API reports it: its number, and its start and end (a line is in the step when its
+    timestamp is; the job API gives whole seconds, so the end is taken to its last microsecond)."""
+
+    number: int
+    started_at: datetime
+    completed_at: datetime
+
+    def place(self, at: datetime) -> int:
+        """0 before the step, 1 in it, 2 after it."""
+        if at < self.started_at:
+            return 0
+        return 1 if at.replace(microsecond=0) <= self.completed_at else 2
 
 
 @dataclass(frozen=True)
@@ -60,157 +98,76 @@ class Classification:
     lines: int = 0
     bytes: int = 0
     capped_lines: int = 0  # lines longer than LINE_CAP, matched on their beginning
-    matches: dict[str, int] = field(default_factory=dict)  # rule name → its last line (every rule that matched)
-
-
-# --- the words a rule needs ------------------------------------------------------------------------------------------
-
-
-def required_literals(regex: str) -> list[bytes] | None:
-    """Lower-case words one of which every match of ``regex`` contains, or None when none can be told."""
-    try:
-        parsed = sre_parse.parse(regex)
-    except (re.error, RecursionError):
-        return None
-    words = _sequence(list(parsed), bool(parsed.state.flags & re.IGNORECASE)).best
-    if not words or min(map(len, words)) < MIN_LITERAL:
-        return None
-    return sorted(words)
-
-
-MAX_WORDS = 64  # more alternatives than this in one set: the set is not kept (a prefilter needs few words)
-
-
-def _cross(left: frozenset | None, right: frozenset | None) -> frozenset | None:
-    if left is None or right is None or len(left) * len(right) > MAX_WORDS:
-        return None
-    return frozenset(a + b for a in left for b in right)
-
-
-def _best(*options: frozenset | None) -> frozenset | None:
-    """The set worth filtering on: its shortest word longest, then the fewest words (rarer lines match)."""
-    found = [words for words in options if words]
-    return max(found, key=lambda words: (min(map(len, words)), -len(words)), default=None)
-
-
-@dataclass(frozen=True)
-class _Words:
-    """What is known of the text a part of a regex matches: ``exact``, every string it can match (None when they are
-    not few); one of ``prefixes`` starts every match and one of ``suffixes`` ends it ({b""}: nothing known); one of
-    ``required`` is in every match. A literal run split by a group, ``(FAIL|ERROR): `` or ``(\\S+\\.py):``, so
-    gives ``fail: ``/``error: `` and ``.py:``: longer, rarer words than any of its parts."""
-
-    exact: frozenset | None
-    prefixes: frozenset = frozenset({b""})
-    suffixes: frozenset = frozenset({b""})
-    required: frozenset | None = None
-
-    @property
-    def best(self) -> frozenset | None:
-        return _best(self.required, self.exact)
-
-    def then(self, other: "_Words") -> "_Words":
-        exact = _cross(self.exact, other.exact)
-        if exact is not None:
-            return _exactly(exact, self.required, other.required)
-        return _Words(
-            None,
-            _cross(self.exact, other.prefixes) or self.prefixes,
-            _cross(self.suffixes, other.exact) or other.suffixes,
-            _best(self.required, other.required, self.exact, other.exact, _cross(self.suffixes, other.prefixes)),
-        )
-
-
-def _exactly(words: frozenset, *required: frozenset | None) -> _Words:
-    return _Words(words, words, words, _best(words, *required))
-
-
-EMPTY = _exactly(frozenset({b""}))  # an anchor or a lookaround: it matches no text
-UNKNOWN = _Words(None)
-
-
-def _sequence(items: list, ignore_case: bool) -> _Words:
-    found = EMPTY
-    for op, av in items:
-        found = found.then(_item(op, av, ignore_case))
-    return found
-
-
-def _item(op, av, ignore_case: bool) -> _Words:
-    if op is sre.LITERAL:
-        if ignore_case and av > 127 and chr(av).lower() != chr(av).upper():
-            return UNKNOWN
-        return _exactly(frozenset({chr(av).encode().lower()}))
-    if op is sre.SUBPATTERN:
-        _, add_flags, _, pattern = av
-        return _sequence(list(pattern), ignore_case or bool(add_flags & re.IGNORECASE))
-    if op is sre.ATOMIC_GROUP:
-        return _sequence(list(av), ignore_case)
-    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
-        least, most, pattern = av
-        inner = _sequence(list(pattern), ignore_case)
-        if least == most == 1:
-            return inner
-        if least == 0:
-            return _exactly(inner.exact | EMPTY.exact) if most == 1 and inner.exact is not None else UNKNOWN
-        return _Words(None, inner.prefixes, inner.suffixes, inner.best)
-    if op is sre.BRANCH:
-        branches = [_sequence(list(branch), ignore_case) for branch in av[1]]
-        required = [branch.best for branch in branches]
-        exact = [branch.exact for branch in branches]
-        if all(words is not None for words in exact) and sum(map(len, exact)) <= MAX_WORDS:
-            return _exactly(frozenset().union(*exact))
-        return _Words(
-            None,
-            frozenset().union(*(branch.prefixes for branch in branches)),
-            frozenset().union(*(branch.suffixes for branch in branches)),
-            frozenset().union(*required) if all(required) else None,
-        )
-    if op in (sre.AT, sre.ASSERT, sre.ASSERT_NOT):
-        return EMPTY
-    return UNKNOWN  # a class, any character, a backreference: no word known
+    matches: dict[str, int] = field(default_factory=dict)  # rule name → the line it kept (every rule that matched)
+    scope: str = ""  # where the chosen line was looked for first
+    stopped: str = ""  # why the log was not read to its end ("" when it was)
+    unusable: list[str] = field(default_factory=list)  # rules that could not run, and why
 
 
 class _Compiled:
     def __init__(self, rules: Iterable[Rule]) -> None:
-        self.rules = [(rule, re.compile(rule.regex)) for rule in rules]
+        self.rules: list[tuple[Rule, Any]] = []
+        self.unusable: list[str] = []  # rules saved before RE2 was the engine that it cannot run: skipped, named
+        for rule in rules:
+            try:
+                self.rules.append((rule, compiled(rule.regex)))
+            except Unusable as e:
+                self.unusable.append(f"{rule.name}: {e}")
         words: dict[bytes, list[int]] = defaultdict(list)
-        self.searched: list[tuple[int, re.Pattern]] = []  # rules without a required word
+        self.searched: list[tuple[int, Any]] = []  # rules without a required word
         for index, (rule, _) in enumerate(self.rules):
             literals = required_literals(rule.regex)
             if literals is None:
-                self.searched.append((index, re.compile(rule.regex, re.MULTILINE)))
+                self.searched.append((index, compiled(rule.regex, multiline=True)))
             for word in literals or ():
                 words[word].append(index)
         self.words = list(words.values())  # automaton pattern index → the rules needing that word
+        self._multiline: dict[int, Any] = {}
         self.automaton = (
             ahocorasick_rs.BytesAhoCorasick(list(words), implementation=ahocorasick_rs.Implementation.DFA)
             if words
             else None
         )
 
-    def candidates(self, block: bytes, lines: list[bytes]) -> dict[int, set[int]]:
-        """Line index → the rules to match on it: those whose word it holds, and the searched rules' hits."""
+    def candidates(self, block: bytes) -> dict[int, set[int]]:
+        """Line index → the rules to match on it. A rule whose word is on a few lines is matched on those lines; one
+        whose word is on many (``.py:`` in a test log) or that has no word is searched through the block by RE2, in
+        one linear pass, and only the lines it finds are matched (line matching costs microseconds a call)."""
         found: dict[int, set[int]] = defaultdict(set)
+        by_rule: dict[int, set[int]] = defaultdict(set)
+        dense: set[int] = set()
         if self.automaton is not None:
-            hits = sorted(
-                (start, pattern)
-                for pattern, start, _ in self.automaton.find_matches_as_indexes(block.lower(), overlapping=True)
-            )
+            by_word: dict[int, list[int]] = defaultdict(list)
+            for pattern, start, _ in self.automaton.find_matches_as_indexes(block.lower(), overlapping=True):
+                by_word[pattern].append(start)
+            for pattern, starts in by_word.items():
+                if len(starts) > DENSE:
+                    dense.update(self.words[pattern])
+            sparse = sorted((start, p) for p, starts in by_word.items() for start in starts if len(starts) <= DENSE)
             scanned, line = 0, 0
-            for start, pattern in hits:
+            for start, pattern in sparse:
                 line += block.count(b"\n", scanned, start)
                 scanned = start
-                found[line].update(self.words[pattern])
-        if self.searched:
-            text = block.decode("utf-8", errors="replace")  # one character per byte of a newline: same line numbers
-            for index, pattern in self.searched:
-                for line in _searched_lines(text, pattern):
-                    found[line].add(index)
+                for index in self.words[pattern]:
+                    if index not in dense:
+                        by_rule[index].add(line)
+        text = None
+        for index, pattern in self.searched + [(index, self.multiline(index)) for index in sorted(dense)]:
+            if text is None:  # the block as the rules see it: timestamps off, one character per byte of a newline
+                text = STAMPS.sub(b"\n", b"\n" + block)[1:].decode("utf-8", errors="replace")
+            by_rule[index] = set(_searched_lines(text, pattern))
+        for index, lines in by_rule.items():
+            for line in lines:
+                found[line].add(index)
         return found
 
+    def multiline(self, index: int) -> Any:
+        if index not in self._multiline:
+            self._multiline[index] = compiled(self.rules[index][0].regex, multiline=True)
+        return self._multiline[index]
 
-def _searched_lines(text: str, pattern: re.Pattern) -> Iterator[int]:
+
+def _searched_lines(text: str, pattern: Any) -> Iterator[int]:
     pos, scanned, line = 0, 0, 0
     while (hit := pattern.search(text, pos)) is not None:
         line += text.count("\n", scanned, hit.start())
@@ -225,40 +182,84 @@ def _searched_lines(text: str, pattern: re.Pattern) -> Iterator[int]:
 # --- the classifier --------------------------------------------------------------------------------------------------
 
 
-def log_classify(stream: BinaryIO, rules: Iterable[Rule]) -> Classification:
-    """Classify the log read from ``stream`` (bytes; invalid UTF-8 is replaced, never an error)."""
-    compiled = _Compiled(rules)
-    result = Classification()
-    last: dict[int, Match] = {}  # rule index → its last match so far
+def log_classify(
+    stream: BinaryIO, rules: Iterable[Rule], *, window: StepWindow | None = None, budget: float = BUDGET_SECONDS
+) -> Classification:
+    """Classify the log read from ``stream`` (bytes; invalid UTF-8 is replaced, never an error). ``window``: the failed
+    step as the job API reports it; without it, the step of the first ``##[error]`` line is taken for the failed one."""
+    rules_ = _Compiled(rules)
+    result = Classification(unusable=rules_.unusable)
+    deadline = time.monotonic() + budget
+    last: dict[tuple[int, int], Match] = {}  # (rule index, place) → the rule's last match there
     tail: list[str] = []  # the last CONTEXT_LINES lines of the previous block
-    step, step_start = 1, 1  # the step the block starts in, and that step's first line
+    step, step_start = 1, 1  # the step the block starts in (counting "Set up job" as 1), and that step's first line
+    first_error_step = 0  # the step of the first ##[error] line (0: none yet)
+    window_start = 0  # with a window: the line number of its first line (0: not reached yet)
     for raw, capped in _blocks(stream):
+        if time.monotonic() > deadline:
+            result.stopped = f"Stopped at line {result.lines + 1}: the {budget:.0f} s budget of one log was spent."
+            break
         result.bytes += len(raw)
         result.capped_lines += capped
-        block = ANSI.sub(b"", raw).replace(b"\r", b"").replace(b"\x00", b"")
-        lines = block.split(b"\n")[:-1]
+        block = ANSI.sub(b"", raw) if b"\x1b" in raw else raw
+        block = block.replace(b"\r", b"").replace(b"\x00", b"")
+        lines = block.split(b"\n")[:-1]  # with their timestamps, which place them in the job API's step
         first = result.lines + 1
         headers = _step_headers(block, lines, first)
-        for index, rule_ids in sorted(compiled.candidates(block, lines).items()):
+        if not first_error_step and (error := _first_error(block, lines, first)):
+            first_error_step = _step_of(headers, error, step, step_start)[0]
+        if window and not window_start:
+            window_start = _window_start(lines, first, window)
+        for index, rule_ids in sorted(rules_.candidates(block).items()):
             line = _clean(lines[index])
+            if line.startswith(WARNINGS):
+                continue  # a warning is printed on the way to a failure, never as its cause
             context = None
             for rule_id in sorted(rule_ids):
-                rule, pattern = compiled.rules[rule_id]
+                rule, pattern = rules_.rules[rule_id]
                 hit = pattern.search(line)
                 if hit:
                     if context is None:
                         context = tail + [_clean(text) for text in lines[max(0, index - CONTEXT_LINES) : index]]
                         context = context[-CONTEXT_LINES:]
-                    n, step_first = _step_of(headers, first + index, step, step_start)
+                    number = first + index
+                    n, step_first = _step_of(headers, number, step, step_start)
+                    place = n
+                    if window:
+                        place = window.place(_stamp(lines, index) or window.started_at)
+                        if place == 1 and window_start:
+                            n, step_first = window.number, window_start
+                    if (rule_id, place) in last and rule.failure_class in FIRST_ERROR_WINS:
+                        continue
                     groups = [g or "" for g in hit.groups()]
-                    last[rule_id] = Match(rule, first + index, line, groups, context, n, first + index - step_first + 1)
+                    last[rule_id, place] = Match(rule, number, line, groups, context, n, number - step_first + 1)
         result.lines += len(lines)
         step, step_start = _step_of(headers, result.lines + 1, step, step_start)
         tail = (tail + [_clean(text) for text in lines[-CONTEXT_LINES:]])[-CONTEXT_LINES:]
-    result.matches = {m.rule.name: m.line_number for m in last.values()}
-    if last:
-        result.match = max(last.values(), key=lambda m: (m.rule.priority, m.line_number, m.rule.name))
+    for m in sorted(last.values(), key=lambda m: m.line_number):
+        result.matches[m.rule.name] = m.line_number
+    places = {place for _, place in last}
+    if window:
+        result.scope = f"the failed step {window.number} (job API)"
+        tiers = [{1}, {0}, {2}]
+    elif first_error_step:
+        result.scope = f"step {first_error_step}, which holds the first ##[error] line"
+        tiers = [{first_error_step}, {p for p in places if p < first_error_step}, places]
+    else:
+        result.scope = "the whole log (no failed step known)"
+        tiers = [places]
+    result.match = _chosen(last, tiers)
     return result
+
+
+def _chosen(last: dict[tuple[int, int], Match], tiers: list[set[int]]) -> Match | None:
+    """The first place with a match decides; there, a rule of a real class beats a generic one."""
+    for tier in tiers:
+        found = [m for (_, place), m in last.items() if place in tier]
+        if found:
+            specific = [m for m in found if m.rule.failure_class != GENERIC]
+            return max(specific or found, key=lambda m: (m.rule.priority, m.line_number, m.rule.name))
+    return None
 
 
 def _clean(line: bytes) -> str:
@@ -266,16 +267,51 @@ def _clean(line: bytes) -> str:
 
 
 def _step_headers(block: bytes, lines: list[bytes], first: int) -> list[int]:
-    """The line numbers of the block's step headers (``##[group]Run …`` after the timestamp), in order."""
+    """The line numbers of the block's step headers (``##[group]Run …`` or ``Post job cleanup.`` after the
+    timestamp), in order."""
+    found = _marked(block, lines, first, STEP_HEADER) + _marked(block, lines, first, POST_STEP)
+    return sorted(found)
+
+
+def _first_error(block: bytes, lines: list[bytes], first: int) -> int:
+    """The line number of the block's first ``##[error]`` line, 0 when it has none."""
+    found = _marked(block, lines, first, ERROR, stop_at_first=True)
+    return found[0] if found else 0
+
+
+def _marked(block: bytes, lines: list[bytes], first: int, marker: str, *, stop_at_first: bool = False) -> list[int]:
+    """The line numbers of the block's lines that start with ``marker`` after the timestamp."""
     found, pos, scanned, line = [], 0, 0, 0
-    marker = STEP_HEADER.encode()
-    while (pos := block.find(marker, pos)) >= 0:
+    encoded = marker.encode()
+    while (pos := block.find(encoded, pos)) >= 0:
         line += block.count(b"\n", scanned, pos)
         scanned = pos
-        if _clean(lines[line]).startswith(STEP_HEADER):
+        if _clean(lines[line]).startswith(marker) and (not found or found[-1] != first + line):
             found.append(first + line)
-        pos += len(marker)
+            if stop_at_first:
+                break
+        pos += len(encoded)
     return found
+
+
+def _stamp(lines: list[bytes], index: int) -> datetime | None:
+    """The time of line ``index``: its own timestamp, else that of the nearest line before it in the block."""
+    for i in range(index, max(-1, index - 50), -1):
+        if found := STAMP.match(lines[i]):
+            year, month, day, hour, minute, second, fraction = found.groups()
+            micro = int((fraction or b"0").ljust(6, b"0"))
+            return datetime(*map(int, (year, month, day, hour, minute, second)), micro, tzinfo=UTC)
+    return None
+
+
+def _window_start(lines: list[bytes], first: int, window: StepWindow) -> int:
+    """The line number of the window's first line, when this block holds it (0 when not)."""
+    if not lines or (end := _stamp(lines, len(lines) - 1)) is None or end < window.started_at:
+        return 0
+    index = bisect.bisect_left(
+        range(len(lines)), True, key=lambda i: (_stamp(lines, i) or window.started_at) >= window.started_at
+    )
+    return first + index
 
 
 def _step_of(headers: list[int], line: int, step: int, step_start: int) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django_q.tasks import async_task
 
 from ootci import levels
@@ -27,7 +28,7 @@ from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
 from relay.github import client as github
 from relay.reliability import archive
-from relay.reports.classify import Classification, Rule, log_classify, signature
+from relay.reports.classify import Classification, Rule, StepWindow, log_classify, signature
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ def _github_log_fetch(job: JobResult, found: JobFailure) -> None:
     failed = next((s for s in gh_job["steps"] if s["conclusion"] in ("failure", "timed_out")), None)
     if failed:
         found.failed_step, found.failed_step_number = failed["name"][:255], failed["number"]
+        found.failed_step_started_at = parse_datetime(failed.get("started_at") or "")
+        found.failed_step_completed_at = parse_datetime(failed.get("completed_at") or "")
     response = github.job_log_open(repo=job.backend.repo, job_id=gh_job["id"])
     try:
         response.raw.decode_content = True
@@ -150,10 +153,20 @@ def _job_named(jobs: list[dict], name: str) -> dict | None:
 def _classified(found: JobFailure, backend_id: int) -> Classification | None:
     try:
         with archive.reports_store().open(found.log_key) as stream:
-            return log_classify(stream, rules_for(backend_id=backend_id))
+            classification = log_classify(stream, rules_for(backend_id=backend_id), window=_failed_step(found))
     except (OSError, archive.ArchiveError) as e:
         found.problem = f"The log could not be read: {e}"[:500]
         return None
+    if said := " ".join([classification.stopped, *(f"Rule {u}" for u in classification.unusable)]).strip():
+        found.problem = said[:500]
+    return classification
+
+
+def _failed_step(found: JobFailure) -> StepWindow | None:
+    """The failed step as the job API gave it, when it gave its number and times (else the log's own markers)."""
+    if found.failed_step_number and found.failed_step_started_at and found.failed_step_completed_at:
+        return StepWindow(found.failed_step_number, found.failed_step_started_at, found.failed_step_completed_at)
+    return None
 
 
 def _verdict_store(job: JobResult, found: JobFailure, classification: Classification | None) -> None:

@@ -121,24 +121,27 @@ def report_store(
 # --- direct upload ----------------------------------------------------------------------------------------------------
 
 
-def upload_job(*, backend_id: int, delivery_id: str, workflow: str, job: str, run_id: str, run_attempt: int):
-    """The job attempt an upload names, of the verified backend: 403 when it is another repo's, 404 when none."""
+def upload_job(
+    *, backend_id: int, delivery_id: str, workflow: str | None, job: str, run_id: str, run_attempt: int
+) -> JobResult:
+    """The job attempt an upload names, of the verified backend: 403 when it is another repo's, 404 when none. With no
+    ``workflow`` (the job-log upload's legacy ``job_name``) the job name must be unique in the run: 409 when not."""
     attempts = JobResult.objects.select_related("backend").filter(
-        delivery_id__in={delivery_id, delivery_id.lower()},
-        workflow_name=workflow,
-        job_name=job,
-        run_id=run_id,
-        run_attempt=run_attempt,
+        delivery_id__in={delivery_id, delivery_id.lower()}, job_name=job, run_id=run_id, run_attempt=run_attempt
     )
+    if workflow is not None:
+        attempts = attempts.filter(workflow_name=workflow)
     found = list(attempts[:10])
-    mine = next((attempt for attempt in found if attempt.backend_id == backend_id), None)
-    if mine is not None:
-        return mine
+    mine = [attempt for attempt in found if attempt.backend_id == backend_id]
+    if len(mine) > 1:
+        workflows = ", ".join(sorted({attempt.workflow_name for attempt in mine}))
+        raise UploadRefused(409, f"Job {job!r} is in several workflows of that run ({workflows}): name the workflow.")
+    if mine:
+        return mine[0]
     if found:
         raise UploadRefused(403, "That job attempt was reported by another repository: it is not yours to report on.")
-    raise UploadRefused(
-        404, f"No job attempt {workflow}/{job} run {run_id} attempt {run_attempt} of delivery {delivery_id!r}."
-    )
+    named = f"{workflow}/{job}" if workflow is not None else job
+    raise UploadRefused(404, f"No job attempt {named} run {run_id} attempt {run_attempt} of delivery {delivery_id!r}.")
 
 
 def upload_sniff(received: Received, *, content_encoding: str) -> None:

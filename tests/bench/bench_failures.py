@@ -4,17 +4,17 @@ job's line on the HUD after its callback.
 Run: .venv/bin/pytest -s -p no:xdist tests/bench/bench_failures.py   (prints figures)
 
 1. Classify: a generated 50 MB GitHub Actions log (timestamped build and test noise, a few ANSI-coloured lines, the
-   cause near the end) streamed from a file through relay.reports.classify.log_classify with the 44 default rules plus
-   56 generated backend-specific ones. Time of the best of 3 runs; peak Python memory of one more run under
-   tracemalloc (timed apart: tracing slows allocation). Goals <= 2 s and <= 100 MB.
-2. Agreement: every log of the corpus (tests/relay/reports/failure_logs) against the default rules; the share whose rule
-   and class are the ones its header expects. Goal >= 95 %.
+   cause near the end) streamed from a file through relay.reports.classify.log_classify with the default rules plus
+   generated backend-specific ones, 100 in all. Time of the best of 3 runs; peak Python memory of one more run under
+   tracemalloc (timed apart: tracing slows allocation). Goals <= 1 s and <= 100 MB.
+2. Agreement: the labelled corpus (tests/relay/reports/corpus.py) against the default rules: the share of logs whose
+   chosen line is the one a person points at (or within 3 lines of it), for the part the rules were tuned on and for
+   the part held out, and the test failures called infra. Goals >= 90 % held out, and none.
 3. Visible: the completed failure callback of a GitHub Actions job, its job list and log fetched from the fake
    GitHub answering every request after 100 ms (the 302 to storage followed), classified (tasks inline, as an idle
    worker runs them at once) and the job page showing the failure line; p50/p95 over 10 runs. Goal p95 <= 30 s.
 """
 
-import io
 import statistics
 import time
 import tracemalloc
@@ -26,7 +26,7 @@ from ootci.models import JobResult
 from relay.reports.classify import Rule, log_classify
 from relay.reports.logs import rules_for
 from tests.relay.conftest import app_key, completed_failure, failing_run, fake_github  # noqa: F401
-from tests.relay.reports.test_classify import CORPUS, corpus_log
+from tests.relay.reports.corpus import HELD_OUT, TUNED, agreement, verdicts
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("failure_rules")]
 
@@ -34,11 +34,11 @@ LOG_BYTES = 50 * 1024 * 1024
 CAUSE = b"2026-03-02T11:59:58.0000000Z [op-check] NPU_OP31_ERR code=507015 at aclnnAdd\n"
 
 
-def generated_rules() -> list[Rule]:
-    """56 backend-specific rules like the ones a backend adds: an error code of one of its operator families."""
+def generated_rules(count: int) -> list[Rule]:
+    """Backend-specific rules like the ones a backend adds: an error code of one of its operator families."""
     return [
         Rule(1000 + i, f"npu op family {i}", rf"NPU_OP{i:02d}_ERR code=(\d+)", "build" if i % 2 else "test", 60 + i)
-        for i in range(56)
+        for i in range(count)
     ]
 
 
@@ -64,7 +64,8 @@ def big_log(path, size: int = LOG_BYTES) -> None:
 
 
 def test_a_50_mb_log_against_100_rules(tmp_path):
-    rules = rules_for(backend_id=None) + generated_rules()
+    defaults = rules_for(backend_id=None)
+    rules = defaults + generated_rules(100 - len(defaults))
     assert len(rules) == 100
     path = tmp_path / "job.log"
     big_log(path)
@@ -81,23 +82,21 @@ def test_a_50_mb_log_against_100_rules(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     size = path.stat().st_size / 1e6
-    print(f"\nclassify {size:.0f} MB, {found.lines:,} lines, 100 rules: {best:.2f} s (goal <= 2 s), ", end="")
+    print(f"\nclassify {size:.0f} MB, {found.lines:,} lines, 100 rules: {best:.2f} s (goal <= 1 s), ", end="")
     print(f"{size / best:.0f} MB/s; peak Python memory {peak / 1e6:.1f} MB (goal <= 100 MB)")
+    assert best <= 1.0 and peak <= 100e6
 
 
 def test_agreement_with_the_corpus_labels():
     rules = rules_for(backend_id=None)
-    agreed, missed = 0, []
-    for path in CORPUS:
-        body, rule, cls = corpus_log(path)
-        found = log_classify(io.BytesIO(body), rules)
-        if found.match and (found.match.rule.name, found.match.rule.failure_class) == (rule, cls):
-            agreed += 1
-        else:
-            missed.append(path.stem)
-    share = agreed / len(CORPUS)
-    print(f"\nagreement with the corpus labels: {agreed}/{len(CORPUS)} = {share:.1%} (goal >= 95 %); missed: {missed}")
-    assert len(CORPUS) >= 30
+    tuned, held_out = verdicts(TUNED, rules), verdicts(HELD_OUT, rules)
+    print(f"\nthe line a person points at, tuned part: {agreement(tuned)}; held-out part: {agreement(held_out)}")
+    for v in held_out:
+        if not v.line_agrees:
+            print(f"  held out, missed: {v}")
+    called_infra = [str(v) for v in tuned + held_out if v.test_called_infra]
+    print(f"test failures called infra: {len(called_infra)}")
+    assert sum(v.line_agrees for v in held_out) >= 0.9 * len(held_out) and called_infra == []
 
 
 def test_a_failed_job_line_is_on_the_job_page_after_its_callback(downstream, failing_run, fake_github):  # noqa: F811

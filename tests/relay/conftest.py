@@ -119,7 +119,13 @@ def failing_run(fake_github, settings, tmp_path, failure_rules):
         job_id = 7_100_000 + len(fake_github.job_logs)
         steps = steps or [
             {"name": "Set up job", "number": 1, "conclusion": "success"},
-            {"name": "Build and test", "number": 3, "conclusion": "failure"},
+            {
+                "name": "Build and test",
+                "number": 3,
+                "conclusion": "failure",
+                "started_at": "2026-03-01T10:00:02Z",
+                "completed_at": "2026-03-01T10:00:05Z",
+            },
         ]
         fake_github.actions_jobs[(repo.lower(), run_id, 1)] = [
             {"id": job_id - 1, "name": "lint", "conclusion": "success", "steps": []},

@@ -3,6 +3,7 @@ import yaml
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ootci.models import JobFailure
 from tests.hud import scenario
 
 pytestmark = pytest.mark.django_db
@@ -99,3 +100,34 @@ def test_the_overview_api_query_count_is_pinned(client):
         get_json(client, "/api/oot/")
 
     assert len(captured) == 9  # as the /oot/ page
+
+
+def test_the_job_api_says_why_the_attempt_failed_as_the_page_does(client):
+    s = scenario.build()
+    assert get_json(client, f"/api/oot/acme/npu/jobs/{s.test_failure.id}/")["failure"] is None  # not classified yet
+    s.test_failure.run_url = "https://github.com/acme/npu/actions/runs/77"
+    s.test_failure.save()
+    JobFailure.objects.create(
+        job=s.test_failure,
+        failure_class="test",
+        source=JobFailure.Source.RULE,
+        rule_name="pytest failed test",
+        rule_class="test",
+        line="FAILED test/test_ops.py::test_a - AssertionError",
+        line_number=212,
+        failed_step="Run tests",
+        failed_step_number=4,
+        step_number=4,
+        step_line=9,
+        github_job_id=555,
+    )
+
+    failure = get_json(client, f"/api/oot/acme/npu/jobs/{s.test_failure.id}/")["failure"]
+
+    assert (failure["failure_class"], failure["source"], failure["rule_name"]) == ("test", "rule", "pytest failed test")
+    assert (failure["line"], failure["line_number"]) == ("FAILED test/test_ops.py::test_a - AssertionError", 212)
+    assert failure["failed_step"] == "Run tests"
+    html = client.get(f"/oot/acme/npu/jobs/{s.test_failure.id}/").content.decode()
+    assert failure["line"] in html and failure["source_text"] in html
+    assert failure["line_url"] == "https://github.com/acme/npu/actions/runs/77/job/555#step:4:9"
+    assert failure["line_url"] in html  # the page links the same line

@@ -12,7 +12,13 @@ RUN = "0190a5c2-buildkite-run"
 
 
 def upload(ci, body: bytes, *, token: str | None = None, **params) -> requests.Response:
-    query = {"delivery_id": JobResult.objects.get().delivery_id, "run_id": RUN, "job_name": "test-npu"} | params
+    query = {
+        "delivery_id": JobResult.objects.first().delivery_id,
+        "workflow": "npu-ci",
+        "job": "test-npu",
+        "run_id": RUN,
+    }
+    query = {name: value for name, value in (query | params).items() if value is not None}
     token = ci.issuer.token(repository=ci.repo) if token is None else token
     url = ci.url.replace("/github/callback", "/github/job-log")
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
@@ -29,8 +35,10 @@ def test_an_uploaded_log_is_kept_and_classified(downstream, failing_run):
 
     response = upload(ci, FAILED_JOB_LOG)
 
-    assert response.status_code == 200, response.text
-    assert response.json()["bytes"] == len(FAILED_JOB_LOG) and len(response.json()["sha256"]) == 64
+    assert response.status_code == 202, response.text  # kept; the classification is a task's
+    answer = response.json()
+    assert answer["bytes"] == len(FAILED_JOB_LOG) and len(answer["sha256"]) == 64
+    assert answer["job_id"] == JobResult.objects.get().pk
     failure = JobFailure.objects.get()
     assert (failure.rule_name, failure.failure_class, failure.line_number) == ("linker undefined reference", "build", 5)
     assert failure.line_url == ""  # not a GitHub log: no line link
@@ -42,12 +50,42 @@ def test_uploads_are_refused_with_a_reason(downstream, failing_run):
     buildkite_failure(ci)
 
     assert upload(ci, b"x", token="not-a-token").status_code == 401
-    missing = upload(ci, b"x", job_name="")
-    assert (missing.status_code, missing.json()["detail"]) == (400, "Missing query parameter: job_name.")
+    missing = upload(ci, b"x", job=None)
+    assert (missing.status_code, missing.json()["detail"]) == (400, "Missing query parameter: job.")
+    no_workflow = upload(ci, b"x", workflow=None)
+    assert (no_workflow.status_code, no_workflow.json()["detail"]) == (400, "Missing query parameter: workflow.")
     assert upload(ci, b"x", run_attempt="zero").status_code == 400
     assert upload(ci, b"x", run_id="other").status_code == 404
+    assert upload(ci, b"x", workflow="other-workflow").status_code == 404  # the workflow is part of the name
     other = downstream(repo="intel/pytorch-xpu")
-    assert upload(other, b"x").status_code == 404  # another backend's job is not found
+    refused = upload(other, b"x")
+    assert refused.status_code == 403 and "not yours" in refused.json()["detail"]  # as the test-report upload
+
+
+def test_job_name_is_still_taken_for_job_and_then_the_workflow_may_be_left_out(downstream, failing_run):
+    ci = downstream()
+    buildkite_failure(ci)
+
+    response = upload(ci, FAILED_JOB_LOG, workflow=None, job=None, job_name="test-npu")
+
+    assert response.status_code == 202, response.text
+    assert JobFailure.objects.get().rule_name == "linker undefined reference"
+
+
+def test_a_job_name_in_two_workflows_needs_the_workflow(downstream, failing_run):
+    ci = downstream()
+    dispatch = ci.dispatch()
+    fields = {"url": f"https://buildkite.com/acme/npu/builds/{RUN}", "run_id": RUN, "job_name": "test-npu"}
+    for workflow in ("npu-ci", "npu-nightly"):  # the same job name in two workflows of the run
+        body = ci.body("pull_request.completed.failure", dispatch, **fields)
+        body["workflow"]["name"] = workflow
+        assert ci.post(body).status_code == 200
+    assert JobResult.objects.count() == 2
+
+    ambiguous = upload(ci, FAILED_JOB_LOG, workflow=None, job=None, job_name="test-npu")
+
+    assert ambiguous.status_code == 409 and "name the workflow" in ambiguous.json()["detail"]
+    assert upload(ci, FAILED_JOB_LOG, workflow="npu-nightly").status_code == 202
 
 
 def test_a_passed_jobs_log_is_refused(downstream, failing_run):

@@ -1,52 +1,44 @@
-"""The log classifier on the corpus of downstream job logs (tests/relay/reports/failure_logs) and on hostile logs."""
+"""The log classifier on the labelled corpus of job logs (tests/relay/reports/corpus.py) and on hostile logs."""
 
 import io
-import re
-from pathlib import Path
+import time
+from datetime import UTC, datetime
 
 import pytest
 
-from relay.reports.classify import LINE_CAP, Rule, log_classify, required_literals, signature
+from relay.reports.classify import LINE_CAP, Rule, StepWindow, log_classify, signature
+from relay.reports.literals import required_literals
 from relay.reports.logs import rules_for
-
-LOGS = Path(__file__).parent / "failure_logs"
-EXPECT = re.compile(r"^# expect rule='(?P<rule>[^']+)' class=(?P<cls>\w+)")
-NOISE = "2026-03-02T10:{m:02d}:{s:02d}.0000000Z [{n}/100000] Building CXX object torch_npu/csrc/ops/Op{n}.cpp.o\n"
+from tests.relay.reports.corpus import HELD_OUT, LOGS, TUNED, labelled, verdicts
 
 
-def corpus_log(path: Path) -> tuple[bytes, str, str]:
-    """A corpus log without its header lines, and the rule and class its first line expects."""
-    text = path.read_text()
-    expected = EXPECT.match(text)
-    assert expected, f"{path.name} does not say what it expects"
-    header = [line for line in text.splitlines(keepends=True) if line.startswith("# ")]
-    body = text[sum(map(len, header)) :]
-    noise = re.search(r"^# noise: (\d+)", text, re.MULTILINE)
-    if noise:
-        body += "".join(NOISE.format(m=n // 60 % 60, s=n % 60, n=n) for n in range(int(noise.group(1))))
-    return body.encode(), expected["rule"], expected["cls"]
-
-
-CORPUS = sorted(LOGS.glob("*.log"))
-
-
-def test_the_corpus_holds_at_least_30_logs():
-    assert len(CORPUS) >= 30
+def test_the_corpus_holds_at_least_100_logs_with_a_part_held_out():
+    assert len(TUNED) + len(HELD_OUT) >= 100
+    assert len(HELD_OUT) >= 30
 
 
 @pytest.mark.usefixtures("failure_rules")
-@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
-def test_each_corpus_log_gets_its_expected_rule_and_class(path):
-    body, rule, cls = corpus_log(path)
-    found = log_classify(io.BytesIO(body), rules_for(backend_id=None))
-    assert found.match is not None
-    assert (found.match.rule.name, found.match.rule.failure_class) == (rule, cls)
+def test_tuned_logs_get_the_line_a_person_points_at_and_no_test_failure_is_infra():
+    # Not every one: two people labelled pytest logs differently (the per-test header under FAILURES, or the FAILED
+    # summary line of the same test), and the rules follow the issue's preference, the header.
+    found = verdicts(TUNED, rules_for(backend_id=None))
+    missed = [str(v) for v in found if not v.line_agrees]
+    assert sum(v.line_agrees for v in found) >= 0.93 * len(found), "\n".join(missed)
+    assert [str(v) for v in found if v.test_called_infra] == []
+
+
+@pytest.mark.usefixtures("failure_rules")
+def test_held_out_logs_get_the_line_a_person_points_at_nine_times_in_ten_and_no_test_failure_is_infra():
+    found = verdicts(HELD_OUT, rules_for(backend_id=None))
+    missed = [str(v) for v in found if not v.line_agrees]
+    assert sum(v.line_agrees for v in found) >= 0.9 * len(found), "\n".join(missed)
+    assert [str(v) for v in found if v.test_called_infra] == []
 
 
 @pytest.mark.usefixtures("failure_rules")
 def test_the_long_log_is_100000_lines_with_the_cause_near_the_top():
-    body, _, _ = corpus_log(LOGS / "long_noise_after_cause.log")
-    found = log_classify(io.BytesIO(body), rules_for(backend_id=None))
+    log = labelled(LOGS / "tuned" / "long_noise_after_cause.log")
+    found = log_classify(io.BytesIO(log.body), rules_for(backend_id=None))
     assert found.lines > 100_000
     assert found.match.line_number < 20
     assert "No space left on device" in found.match.line
@@ -64,11 +56,16 @@ def classify(text: str | bytes, rules=RULES):
     return log_classify(io.BytesIO(data), rules)
 
 
-def test_each_rule_keeps_its_last_match_and_the_highest_priority_wins():
-    found = classify("FAILED a::one\nFAILED a::two\n##[error]Process completed\nnoise\n")
+def test_a_rule_keeps_its_first_match_a_generic_rule_its_last_and_the_highest_priority_wins():
+    found = classify("FAILED a::one\nFAILED a::two\n##[error]first\n##[error]Process completed\nnoise\n")
     assert found.match.rule.name == "pytest"
-    assert (found.match.line_number, found.match.groups) == (2, ["a::two"])
-    assert found.matches == {"pytest": 2, "generic": 3}
+    assert (found.match.line_number, found.match.groups) == (1, ["a::one"])  # the first failure explains the rest
+    assert found.matches == {"pytest": 1, "generic": 4}
+
+
+def test_a_warning_is_never_the_cause():
+    found = classify("WARNING: Retrying after no space left\n##[warning]no space left soon\nno space left on device\n")
+    assert found.match.line_number == 3
 
 
 def test_ansi_codes_and_the_actions_timestamp_are_stripped_before_matching():
@@ -134,8 +131,8 @@ def test_required_words_run_on_through_groups_so_common_words_are_not_the_filter
     assert required_literals(r"(?i)a{2,}bcd") == [b"abcd"]  # a repeat ends in its own word
     assert required_literals(r"(a|b|c|d|e|f|g|h|i){3}") is None  # too many words to keep: no filter, still correct
     rules = [Rule(1, "unittest failure", unittest, "test", 1)]
-    log = "test_a passed\nFAIL: test_b (suite.Case)\nERROR: testing nothing\nERROR: test_c (suite.Case)\n"
-    assert classify(log, rules).match.line_number == 4
+    log = "test_a passed\nERROR: testing nothing\nFAIL: test_b (suite.Case)\nERROR: test_c (suite.Case)\n"
+    assert classify(log, rules).match.line_number == 3  # the first failure; "ERROR: testing" is no unittest line
 
 
 def test_signatures_mask_what_varies():
@@ -143,3 +140,55 @@ def test_signatures_mask_what_varies():
     two = signature("RuntimeError: NPU out of memory. Tried to allocate 8.00 GiB at 0x9abc in /x/y/c.py:99 after 12s")
     assert one == two
     assert "NPU out of memory" in one
+
+
+def test_post_job_noise_never_decides_a_failed_step():
+    log = (
+        "##[group]Run pytest\nFAILED t.py::test_x - assert 1 == 2\n##[error]Process completed with exit code 1.\n"
+        "##[group]Run actions/upload-artifact@v4\nno space left on device\n##[error]Upload failed\nPost job cleanup.\n"
+    )
+    found = classify(log)
+    assert (found.match.rule.name, found.match.line_number) == ("pytest", 2)
+    assert found.scope == "step 2, which holds the first ##[error] line"
+
+
+def test_a_generic_line_wins_only_where_nothing_else_matched():
+    assert classify("##[group]Run make\ncompiling\n##[error]Process completed with exit code 2.\n").match.rule.name == (
+        "generic"
+    )
+    found = classify("##[group]Run pytest\nFAILED t.py::a\n##[error]Process completed with exit code 1.\n")
+    assert found.match.rule.name == "pytest"
+
+
+def test_the_job_apis_step_times_place_the_lines_and_number_the_link():
+    log = (
+        "2026-03-01T10:00:00.0000000Z Set up job\n"
+        "2026-03-01T10:00:01.5000000Z ##[group]Run pytest\n"
+        "2026-03-01T10:00:02.0000000Z FAILED t.py::a - boom\n"
+        "2026-03-01T10:00:02.9999999Z ##[error]Process completed with exit code 1.\n"
+        "2026-03-01T10:00:04.0000000Z ##[group]Run upload\n"
+        "2026-03-01T10:00:05.0000000Z FAILED t.py::b (printed by the upload step)\n"
+    )
+    start, end = datetime(2026, 3, 1, 10, 0, 1, tzinfo=UTC), datetime(2026, 3, 1, 10, 0, 2, tzinfo=UTC)
+    found = log_classify(io.BytesIO(log.encode()), RULES, window=StepWindow(7, start, end))
+    assert (found.match.line_number, found.match.step_number, found.match.step_line) == (3, 7, 2)
+    assert found.scope == "the failed step 7 (job API)"
+
+
+def test_a_hostile_rule_on_a_hostile_line_is_linear_and_the_budget_ends_a_log_with_a_reason():
+    hostile = [Rule(1, "nested repeats", r"ERROR: (a+)+$", "infra", 1)]
+    line = "ERROR: " + "a" * 4000 + "!\n"  # a backtracking engine takes minutes on one such line
+    began = time.monotonic()
+    found = classify(line * 200, hostile)
+    assert time.monotonic() - began < 2 and found.match is None and found.lines == 200
+    stopped = log_classify(io.BytesIO((line * 200).encode()), hostile, budget=0)
+    assert stopped.stopped == "Stopped at line 1: the 0 s budget of one log was spent."
+
+
+def test_a_rule_re2_cannot_run_is_skipped_and_named():
+    found = classify("FAILED a::b\n", [*RULES, Rule(9, "lookahead", r"FAILED (?=a)", "test", 99)])
+    assert found.match.rule.name == "pytest"
+    assert found.unusable == [
+        "lookahead: Rules run on RE2, a linear-time engine, which does not support a lookahead "
+        "or lookbehind (?=…) / (?<=…): rewrite the regex without it."
+    ]

@@ -27,6 +27,58 @@ def test_a_failed_job_is_classified_from_its_github_log(downstream, failing_run,
     assert len(storage) == 1 and "authorization" not in storage[0].headers
 
 
+# A step the job API counts but the log never shows (skipped), a test step that fails, then an always() step whose
+# own error is infra: the cause is the test, and the link names the step as GitHub numbers it (4, not the 3rd header).
+SKIPPED_STEP_AND_POST_JOB_NOISE = (
+    b"2026-03-01T10:00:00.0000000Z Current runner version: '2.321.0'\n"
+    b"2026-03-01T10:00:01.0000000Z ##[group]Run actions/checkout@v4\n"
+    b"2026-03-01T10:00:02.0000000Z ##[group]Run python test/run_test.py\n"
+    b"2026-03-01T10:00:03.0000000Z ##[endgroup]\n"
+    b"2026-03-01T10:00:04.0000000Z FAILED test/test_ops.py::test_add - AssertionError: 1 != 2\n"
+    b"2026-03-01T10:00:05.0000000Z ##[error]Process completed with exit code 1.\n"
+    b"2026-03-01T10:00:07.0000000Z ##[group]Run actions/upload-artifact@v4\n"
+    b"2026-03-01T10:00:08.0000000Z Error: Failed to upload artifacts: Unable to locate credentials\n"
+    b"2026-03-01T10:00:09.0000000Z ##[error]Failed to upload artifact: Unable to locate credentials\n"
+    b"2026-03-01T10:00:10.0000000Z Post job cleanup.\n"
+)
+STEPS = [
+    {"name": "Set up job", "number": 1, "conclusion": "success"},
+    {"name": "Checkout", "number": 2, "conclusion": "success"},
+    {"name": "Configure sccache", "number": 3, "conclusion": "skipped"},
+    {
+        "name": "Run tests",
+        "number": 4,
+        "conclusion": "failure",
+        "started_at": "2026-03-01T10:00:02Z",
+        "completed_at": "2026-03-01T10:00:06Z",
+    },
+    {"name": "Upload test reports", "number": 5, "conclusion": "failure"},
+]
+
+
+def test_the_failed_step_decides_and_its_link_lands_on_the_line(downstream, failing_run):
+    ci = downstream()
+    job_id = failing_run(ci.repo, steps=STEPS, log=SKIPPED_STEP_AND_POST_JOB_NOISE)
+
+    completed_failure(ci, test_results={"passed": 10, "failed": 1})
+
+    failure = JobFailure.objects.get()
+    assert (failure.rule_name, failure.failure_class) == ("pytest failed test", "test")  # not the upload's infra
+    assert (failure.failed_step, failure.failed_step_number) == ("Run tests", 4)
+    assert failure.line_url.endswith(f"/job/{job_id}#step:4:3")  # the header is the step's line 1
+
+
+def test_without_the_job_api_the_step_of_the_first_error_decides(downstream, failing_run):
+    ci = downstream()
+    untimed = [{k: v for k, v in step.items() if k not in ("started_at", "completed_at")} for step in STEPS]
+    failing_run(ci.repo, steps=untimed, log=SKIPPED_STEP_AND_POST_JOB_NOISE)
+
+    completed_failure(ci, test_results={"passed": 10, "failed": 1})
+
+    failure = JobFailure.objects.get()
+    assert (failure.rule_name, failure.failure_class) == ("pytest failed test", "test")
+
+
 def test_a_failed_checkout_step_is_infra_whatever_the_log_says(downstream, failing_run):
     ci = downstream()
     failing_run(ci.repo, steps=[{"name": "Run actions/checkout@v4", "number": 2, "conclusion": "failure"}])
