@@ -346,9 +346,9 @@ def _capped(block: bytes) -> tuple[bytes, int]:
     if len(block) <= LINE_CAP:
         return block, 0
     lines = block.split(b"\n")
-    long = sum(1 for line in lines if len(line) > LINE_CAP)
-    if not long:
+    if max(map(len, lines)) <= LINE_CAP:  # the common case, without a Python loop over the lines
         return block, 0
+    long = sum(1 for line in lines if len(line) > LINE_CAP)
     return b"\n".join(line[:LINE_CAP] for line in lines), long
 
 

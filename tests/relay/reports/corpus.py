@@ -17,7 +17,7 @@ from relay.reports.classify import ANSI, TIMESTAMP, Classification, Rule, log_cl
 
 LOGS = Path(__file__).parent / "failure_logs"
 TUNED = sorted((LOGS / "tuned").glob("*.log"))
-HELD_OUT = sorted((LOGS / "held_out_2").glob("*.log"))
+HELD_OUT = sorted((LOGS / "held_out_3").glob("*.log"))
 NEAR = 3
 NOISE = "2026-03-02T10:{m:02d}:{s:02d}.0000000Z [{n}/100000] Building CXX object torch_npu/csrc/ops/Op{n}.cpp.o\n"
 
