@@ -1,8 +1,8 @@
 """The labelled corpus of job logs (``failure_logs/``): each log says, in its ``# `` header lines, the line a person
 reading it points at as the cause (``# cause:``) and its class (``# class:``), decided by reading, never by running
-the classifier. ``tuned/`` is the part the rules were written against. ``held_out_2/`` was written apart from the
-rules by someone who never saw them, its labels unseen until the rules were frozen, and measured once. (A first
-held-out set, ``tuned/ho_*``, was measured once on the rules before it — 23 of 38 — and then tuned on; README.)
+the classifier. ``tuned/`` is the part the rules were written against. ``held_out_3/`` was written apart from the
+rules by someone who never saw them, its labels unseen until the rules were frozen, and measured once (README). Two
+earlier held-out sets were measured the same way and then tuned on: ``tuned/ho_*`` and ``tuned/h2_*``.
 
 Agreement, as the goal counts it: the chosen line is the labelled one, or the labelled text stands within 3 lines of
 it (the same failure printed on two adjacent lines).
