@@ -133,12 +133,22 @@ def transition(job: JobResult, report: Report) -> dict[str, Any]:
 
 def _counted_by_report(job: JobResult, changed: dict[str, Any]) -> bool:
     """A repeated completion whose test counts differ only because a parsed test report replaced them: a repeat."""
-    return set(changed) <= REPORT_COUNTS and job.test_reports.filter(state=TestReport.State.PARSED).exists()
+    return set(changed) <= REPORT_COUNTS and _has_parsed_report(job)
+
+
+def _has_parsed_report(job: JobResult) -> bool:
+    return job.test_reports.filter(state=TestReport.State.PARSED).exists()
 
 
 def _completion(job: JobResult, report: Report) -> dict[str, Any]:
+    fields = report.fields
+    # Report counts win over callback counts: a report uploaded before the completion (the usual order for CI that is
+    # not GitHub Actions) was parsed into the job already. Asked only when the job has counts, so a callback without
+    # an earlier report pays no query.
+    if job.passed is not None and REPORT_COUNTS & fields.keys() and _has_parsed_report(job):
+        fields = {name: value for name, value in fields.items() if name not in REPORT_COUNTS}
     changes = {
-        **report.fields,
+        **fields,
         "status": Status.COMPLETED,
         "level": report.level,
         "relay_decided": report.relay_decided,

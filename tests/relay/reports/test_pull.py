@@ -228,3 +228,19 @@ def test_the_l4_check_run_lists_the_failed_tests_of_the_parsed_report(downstream
     listed = [line for line in last["text"].splitlines() if line.startswith("- ")]
     assert listed == [f"- `test_ops.py::TestCommon{{DEVICE}}::test_mul_{{device}}_int{i}`" for i in range(3)]
     assert "what the downstream chose" not in last["text"]
+
+
+def test_a_report_uploaded_before_the_completed_callback_keeps_its_counts(downstream, store):
+    # The usual order for CI that is not GitHub Actions: in_progress, the upload (parsed at once), then completed with
+    # the reporter's own counts. The report's counts win: the completion must not replace them.
+    ci = downstream(device="npu")
+    dispatch = ci.dispatch()
+    assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
+    job = JobResult.objects.get(backend=ci.backend, delivery_id=dispatch.delivery.delivery_id)
+    assert upload(ci, job, junit_xml(passed=40, failed=3)).status_code == 202
+
+    callback_counts = {"passed": 8000, "failed": 1, "skipped": 0, "failed_tests": ["callback::only"]}
+    job = completed(ci, dispatch, artifact_url="", test_results=callback_counts)
+
+    assert (job.status, job.passed, job.failed, job.skipped) == ("completed", 40, 3, 0)
+    assert job.failed_tests[0] == "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0"
