@@ -46,6 +46,8 @@ TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")
 STAMPS = re.compile(rb"\n\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")  # after a newline: found by memchr
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 STEP_HEADER = "##[group]Run "
+ENDGROUP = "##[endgroup]"
+SCRIPT_CAP = 300  # lines of a "##[group]Run" header (the step's echoed script) at most
 POST_STEP = "Post job cleanup."  # the first line of each post-job step
 ERROR = "##[error]"
 STAMP = re.compile(rb"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6})\d*)?Z")
@@ -210,10 +212,11 @@ def log_classify(
             first_error_step = _step_of(headers, error, step, step_start)[0]
         if window and not window_start:
             window_start = _window_start(lines, first, window)
+        scripts = _scripts(block, lines, first)
         for index, rule_ids in sorted(rules_.candidates(block).items()):
             line = _clean(lines[index])
-            if line.startswith(WARNINGS):
-                continue  # a warning is printed on the way to a failure, never as its cause
+            if line.startswith(WARNINGS) or _within(scripts, first + index):
+                continue  # a warning or the step's echoed script: printed on the way to a failure, never its cause
             context = None
             for rule_id in sorted(rule_ids):
                 rule, pattern = rules_.rules[rule_id]
@@ -271,6 +274,26 @@ def _step_headers(block: bytes, lines: list[bytes], first: int) -> list[int]:
     timestamp), in order."""
     found = _marked(block, lines, first, STEP_HEADER) + _marked(block, lines, first, POST_STEP)
     return sorted(found)
+
+
+def _scripts(block: bytes, lines: list[bytes], first: int) -> list[tuple[int, int]]:
+    """The spans (first line, last line) of the block's ``##[group]Run …`` headers closed by their ``##[endgroup]``:
+    the runner echoes the step's script, inputs and shell there, and a script's ``echo "ERROR: …"`` is no error yet. A
+    header not closed within SCRIPT_CAP lines, before the next one and in the same block, is left alone."""
+    marks = sorted(
+        [(n, 0) for n in _marked(block, lines, first, STEP_HEADER)]
+        + [(n, 1) for n in _marked(block, lines, first, ENDGROUP)]
+    )
+    spans, opened = [], 0
+    for number, is_end in marks:
+        if is_end and opened and number - opened <= SCRIPT_CAP:
+            spans.append((opened, number))
+        opened = 0 if is_end else number
+    return spans
+
+
+def _within(spans: list[tuple[int, int]], number: int) -> bool:
+    return any(start <= number <= end for start, end in spans)
 
 
 def _first_error(block: bytes, lines: list[bytes], first: int) -> int:

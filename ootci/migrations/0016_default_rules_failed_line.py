@@ -1,0 +1,14 @@
+"""The default failure rules after the third held-out set (issue 24): the FAILED summary line over the per-test
+header, the exception line of a collection error, no scheduling event as a pod failure. Same update as 0015: each
+default rule created or brought to the file's regex, class and priority; the admin's own rules left alone."""
+
+from importlib import import_module
+
+from django.db import migrations
+
+default_rules_update = import_module("ootci.migrations.0015_default_rules_re2").default_rules_update
+
+
+class Migration(migrations.Migration):
+    dependencies = [("ootci", "0015_default_rules_re2")]
+    operations = [migrations.RunPython(default_rules_update, migrations.RunPython.noop)]
