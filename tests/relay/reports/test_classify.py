@@ -203,7 +203,8 @@ def test_the_script_a_step_header_echoes_is_not_its_output():
     rules = [Rule(1, "dirty", r"ERROR: generated files are out of date", "lint", 600)]
     log = (
         "2026-07-22T11:20:22.9Z ##[group]Run bash ci/gen_ops.sh\n"
-        '2026-07-22T11:20:23.0Z \x1b[36;1mgit diff --exit-code || { echo "ERROR: generated files are out of date"; }\x1b[0m\n'
+        "2026-07-22T11:20:23.0Z \x1b[36;1mgit diff --exit-code || "
+        '{ echo "ERROR: generated files are out of date"; }\x1b[0m\n'
         "2026-07-22T11:20:23.3Z shell: /usr/bin/bash -e {0}\n"
         "2026-07-22T11:20:23.5Z ##[endgroup]\n"
         "2026-07-22T11:20:25.1Z diff --git a/op.h b/op.h\n"
