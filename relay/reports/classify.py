@@ -56,6 +56,7 @@ GENERIC = "unknown"  # the class of rules that name no cause ("Process completed
 # compiler error, the first failed test, the first write that found the disk full). A generic rule keeps its last.
 FIRST_ERROR_WINS = ("build", "test", "lint", "infra")
 WARNINGS = ("##[warning]", "WARNING:", "warning:")
+XTRACE = ("+ ", "++ ", "+++ ")  # a shell's ``set -x`` echo of the command it is about to run, not its output
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,8 @@ def log_classify(
         scripts = _scripts(block, lines, first)
         for index, rule_ids in sorted(rules_.candidates(block).items()):
             line = _clean(lines[index])
-            if line.startswith(WARNINGS) or _within(scripts, first + index):
-                continue  # a warning or the step's echoed script: printed on the way to a failure, never its cause
+            if line.startswith(WARNINGS + XTRACE) or _within(scripts, first + index):
+                continue  # a warning, an echoed command or script: printed on the way to a failure, never its cause
             context = None
             for rule_id in sorted(rule_ids):
                 rule, pattern = rules_.rules[rule_id]
