@@ -230,6 +230,12 @@ ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
 DISPATCH_RETRY_WINDOW_HOURS = env.float("DISPATCH_RETRY_WINDOW_HOURS", default=ZOMBIE_TIMEOUT_HOURS)
 DISPATCH_RETRY_LATER_MAX_SECONDS = env.float("DISPATCH_RETRY_LATER_MAX_SECONDS", default=1800.0)
 
+# Verdicts (ootci/verdicts.py, relay/reports/verdicts.py): how long a failed job's L3/L4 check run waits for its
+# verdict (its test report, else its log's classification) before concluding on what is known; how many failed jobs
+# of one upstream event mean an outage, when infra failures are not re-run automatically.
+VERDICT_WAIT_SECONDS = env.float("VERDICT_WAIT_SECONDS", default=120.0)
+AUTO_RETRY_OUTAGE_JOBS = env.int("AUTO_RETRY_OUTAGE_JOBS", default=5)
+
 # Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
 # {"L4": {"queue_avg_minutes": 20}}. The figures they are read against come from the HUD (``gates.figures_from``).
 LEVEL_GATES = env.json("LEVEL_GATES", default={})

@@ -6,7 +6,7 @@ from relay.alerts import incidents, notify
 from relay.endpoints import intake
 from relay.github import check_runs, outbox, reruns
 from relay.reliability import journal, sweeper
-from relay.reports import follow_up, logs, pull
+from relay.reports import follow_up, logs, pull, verdicts
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,16 @@ def job_completed(job_id: int) -> str:
 def check_run_sync(job_id: int, attempt: int = 1) -> str:
     """Enqueued on commit by a callback, the label backfill and the sweeper; retries schedule it again."""
     return check_runs.check_run_sync(job_id=job_id, attempt=attempt)
+
+
+def job_alerts(job_id: int) -> str:
+    """Enqueued on commit when a PR job's verdict may have changed (its report parsed, its log classified)."""
+    return incidents.job_alerts_evaluate(job_id=job_id)
+
+
+def job_infra_retry(job_id: int) -> str:
+    """Enqueued on commit when an L3/L4 PR job's verdict is infra: its one automatic re-run."""
+    return verdicts.job_infra_retry(job_id=job_id)
 
 
 def pull_request_check_runs_backfill(delivery_pk: int) -> int:

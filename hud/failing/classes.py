@@ -9,13 +9,11 @@ The classes (README "Failing tests"), for a test failing in a latest attempt of 
   SHA, else its latest such run finished before the PR's head was pushed (``Baseline.rule`` says which); for a
   nightly or push run, the previous run. Its jobs' latest attempts. None: "no baseline", and neither of the next two
   classes can be said;
-- **new**: passed on the baseline; **already failing**: failed there too (a test the baseline did not run, or only
-  skipped, is neither: ``baseline == "absent"``);
+- **verdict**: ``ootci.verdicts`` (infra, disabled, flaky, broken-baseline, new), from the baseline status
+  (passed, failing, or absent: not run or only skipped there), the backend's disabled list, the flaky evidence and
+  the job's outcome; **new** and **already failing** count the verdicts ``new`` and ``broken-baseline``;
 - **only here**: passed on at least one other backend that ran it at the same upstream SHA, and failed on none;
-- **flaky**: passed after a rerun, or passed and failed at one SHA (two attempts, two reports of one job, or two
-  results at one SHA among its last ``HISTORY`` results on the backend);
-- **flakiness**: pass/fail flips over its last ``HISTORY`` results on the backend (skips left out), flips / (n - 1),
-  0 to 1; None with fewer than two results;
+- **flaky** and **flakiness**: ``ootci.verdicts.flaky_evidence``, the one definition (the badge names its evidence);
 - **since**: the oldest failure of its current streak of failures within those results (``streak``; the whole
   window when ``streak == HISTORY``).
 """
@@ -27,15 +25,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hud.stores.base import CASE_COUNTED as COUNTED  # COUNTED: the results a flip is counted between
 from hud.stores.base import CASE_FAILING as FAILING
 from hud.stores.base import CASE_PASSED as PASSED
 from hud.stores.base import CaseRows
 from hud.stores.types import BackendInfo
+from ootci import verdicts
+from ootci.baseline import BASELINE_EVENTS, RULES, baseline_status
+from ootci.verdicts import HISTORY
 
-HISTORY = 20  # results per test the flakiness score and "since" read
 CAP = 500  # failing tests classified per backend and SHA (the first by test id); the total is always counted
-BASELINE_EVENTS = ("nightly", "push")
+__all__ = ["BASELINE_EVENTS", "HISTORY"]
 
 
 # --- what the runs module gives: jobs of one backend at one SHA -------------------------------------------------------
@@ -91,11 +90,7 @@ class Baseline:
 
     @property
     def rule_text(self) -> str:
-        return {
-            "base": "the run on the PR's base commit",
-            "before": "the latest run finished before the PR's head was pushed (none on its base commit)",
-            "previous": "the run before this one",
-        }[self.rule]
+        return RULES[self.rule]
 
 
 @dataclass(frozen=True)
@@ -108,6 +103,7 @@ class Target:
     others: dict[int, int] = field(default_factory=dict)  # other backends' latest attempts at the SHA: job → backend
     pr_number: int | None = None
     sha: str = ""
+    disabled: frozenset[str] = frozenset()  # its failing tests on the backend's disabled list
 
 
 # --- what the rules give ---------------------------------------------------------------------------------------------
@@ -128,14 +124,15 @@ class FailingTest:
     since: datetime | None
     since_sha: str
     streak: int
+    verdict: str = verdicts.NEW  # ootci.verdicts: infra, disabled, flaky, broken-baseline, new
 
     @property
     def new(self) -> bool:
-        return self.baseline == "passed"
+        return self.verdict == verdicts.NEW
 
     @property
     def already_failing(self) -> bool:
-        return self.baseline == "failing"
+        return self.verdict == verdicts.BROKEN
 
     @property
     def only_here(self) -> bool:
@@ -151,8 +148,8 @@ class FailingTest:
 
     @property
     def classes(self) -> tuple[str, ...]:
-        named = {"passed": "new", "failing": "already failing", "absent": "not on baseline", "": "no baseline"}
-        found = [named[self.baseline]]
+        named = {"passed": "passed on baseline", "failing": "failing on baseline", "absent": "not on baseline"}
+        found = [named.get(self.baseline, "no baseline")]
         if self.only_here:
             found.append("only here")
         if self.flaky:
@@ -192,15 +189,19 @@ class BackendFailing:
         return self.backend.device or self.backend.repo
 
     @property
+    def verdict(self) -> str:
+        """The verdict of the backend's failing tests taken together (``ootci.verdicts.job_verdict``)."""
+        return verdicts.job_verdict((t.verdict for t in self.tests), infra=False) if self.tests else ""
+
+    @property
     def summary(self) -> str:
-        """ "2 new failures on npu, 14 already failing" (or what can be said without a baseline)."""
+        """ "2 new failures on npu, 14 broken-baseline, 1 flaky" (no baseline: said)."""
         if not self.total:
             return ""
-        if self.baseline is None:
-            return f"{self.total} failing test{plural(self.total)} on {self.label} (no baseline)"
-        text = f"{self.new} new failure{plural(self.new)} on {self.label}, {self.already_failing} already failing"
-        other = len(self.tests) - self.new - self.already_failing
-        return text + (f", {other} not on the baseline" if other else "")
+        counts = {v: sum(t.verdict == v for t in self.tests) for v in verdicts.TEST_ORDER}
+        text = f"{self.new} new failure{plural(self.new)} on {self.label}"
+        text += "".join(f", {n} {v}" for v, n in counts.items() if n and v != verdicts.NEW)
+        return text + ("" if self.baseline else " (no baseline)")
 
 
 def plural(n: int) -> str:
@@ -272,20 +273,26 @@ def classify(target: Target, rows: Rows) -> BackendFailing:
     at_base = rows.statuses((j.id for j in target.baseline.run.jobs) if target.baseline else (), tests_)
     here = rows.statuses(run.attempts if run else (), tests_)
     elsewhere = rows.statuses(target.others, tests_)
+    infra = {j.id for j in run.jobs if j.outcome == "infra"} if run else set()
     tests = []
     for t in chosen:
         past = rows.history.get((bid, t), [])
+        flaky = verdicts.flaky_evidence(here[t], past, sha=run.sha)
+        status = baseline_status({r["status"] for r in at_base[t]}) if target.baseline else ""
         tests.append(
             failing_test(
                 first[t],
                 jobs=tuple(failing_in[t]),
-                baseline=baseline_status({r["status"] for r in at_base[t]}) if target.baseline else "",
+                baseline=status,
                 elsewhere=elsewhere_status({r["status"] for r in elsewhere[t]}),
-                flaky_why=flaky_reasons(here[t], past),
+                flaky=flaky,
                 history=past,
+                verdict=verdicts.failing_test_verdict(
+                    infra=first[t]["job_id"] in infra, disabled=t in target.disabled, flaky=flaky.flaky, baseline=status
+                ),
             )
         )
-    tests.sort(key=lambda t: (not t.new, not t.only_here, not t.flaky, t.test_id))
+    tests.sort(key=lambda t: (verdicts.JOB_ORDER.index(t.verdict), not t.only_here, t.test_id))
     return BackendFailing(
         backend=target.backend,
         sha=run.sha if run else target.sha,
@@ -298,8 +305,9 @@ def classify(target: Target, rows: Rows) -> BackendFailing:
     )
 
 
-def failing_test(row: dict, *, jobs, baseline: str, elsewhere: str, flaky_why, history: list[dict]) -> FailingTest:
-    score, n = flakiness(r["status"] for r in history)
+def failing_test(
+    row: dict, *, jobs, baseline: str, elsewhere: str, flaky: verdicts.Flaky, history: list[dict], verdict: str
+) -> FailingTest:
     since, since_sha, streak = failing_since(history)
     return FailingTest(
         test_id=row["test_id"],
@@ -309,49 +317,20 @@ def failing_test(row: dict, *, jobs, baseline: str, elsewhere: str, flaky_why, h
         jobs=jobs,
         baseline=baseline,
         elsewhere=elsewhere,
-        flaky_why=flaky_why,
-        flakiness=score,
-        results=n,
+        flaky_why=flaky.evidence,
+        flakiness=flaky.flakiness,
+        results=flaky.results,
         since=since,
         since_sha=since_sha,
         streak=streak,
+        verdict=verdict,
     )
-
-
-def baseline_status(statuses: set[str]) -> str:
-    if statuses & set(FAILING):
-        return "failing"
-    return "passed" if PASSED in statuses else "absent"
 
 
 def elsewhere_status(statuses: set[str]) -> str:
     if statuses & set(FAILING):
         return "fails"
     return "passes" if PASSED in statuses else "not run"
-
-
-def flaky_reasons(here: list[dict], history: list[dict]) -> tuple[str, ...]:
-    """Why a test is flaky: it passed after a rerun at this SHA, or passed and failed at one SHA (here, or among its
-    recent results)."""
-    reasons = []
-    if any(r["status"] == PASSED and r["reruns"] > 0 for r in here):
-        reasons.append("passed on rerun")
-    outcomes = {r["status"] in FAILING for r in here if r["status"] in COUNTED}
-    by_sha = defaultdict(set)
-    for r in history:
-        by_sha[r["job_sha"]].add(r["status"] in FAILING)
-    if outcomes == {True, False} or any(seen == {True, False} for seen in by_sha.values()):
-        reasons.append("passed and failed at one SHA")
-    return tuple(reasons)
-
-
-def flakiness(statuses: Iterable[str]) -> tuple[float | None, int]:
-    """Flips between pass and fail over the results (in order) ÷ (results − 1), and the number of results."""
-    failed = [s in FAILING for s in statuses if s in COUNTED]
-    if len(failed) < 2:
-        return None, len(failed)
-    flips = sum(a != b for a, b in zip(failed, failed[1:], strict=False))
-    return round(flips / (len(failed) - 1), 4), len(failed)
 
 
 def failing_since(history: list[dict]) -> tuple[datetime | None, str, int]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ootci.models import JobFailure
+from ootci.models import JobFailure, JobResult
 
 EXAMPLES = 5  # example jobs shown per signature
 SIGNATURES = 100  # signatures listed on the failures page
@@ -33,6 +33,9 @@ class FailureLine:
     line_url: str
     failed_step: str
     problem: str
+    verdict: str = ""  # ootci.verdicts: the job's verdict ("" until known)
+    exonerated: str = ""  # why its check run concluded neutral, when it did
+    auto_retry: str = ""  # the relay's automatic re-run of it (infra), or why none
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def failure_lines(job_ids: Iterable[int]) -> dict[int, FailureLine]:
     ids = set(job_ids)
     if not ids:
         return {}
-    found = JobFailure.objects.filter(job_id__in=ids).select_related("job")
+    found = JobFailure.objects.filter(job_id__in=ids).select_related("job", "job__exoneration")
     return {f.job_id: _line(f) for f in found}
 
 
@@ -91,7 +94,22 @@ def _line(f: JobFailure) -> FailureLine:
         line_url=f.line_url,
         failed_step=f.failed_step,
         problem=f.problem,
+        verdict=f.job.verdict,
+        exonerated=f.job.exoneration.rule if hasattr(f.job, "exoneration") else "",
+        auto_retry=f.job.auto_retry_note,
     )
+
+
+def auto_retries(jobs: Iterable) -> set[int]:
+    """The ids of the attempts among ``jobs`` (with ``id``, ``run_id``, ``run_attempt``, ``backend_id``) that are
+    the relay's automatic re-run of an infra failure: the attempt before them was re-run automatically."""
+    later = [j for j in jobs if j.run_attempt > 1]
+    if not later:
+        return set()
+    keys = {(j.backend_id, j.run_id, j.run_attempt - 1) for j in later}
+    rerun = JobResult.objects.filter(auto_retry_at__isnull=False, run_id__in={k[1] for k in keys})
+    found = {(b, r, a) for b, r, a in rerun.values_list("backend_id", "run_id", "run_attempt")}
+    return {j.id for j in later if (j.backend_id, j.run_id, j.run_attempt - 1) in found}
 
 
 def signatures(*, since: datetime, backend_ids: Iterable[int]) -> list[Signature]:

@@ -15,8 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, Max, Min, Q
 
 from hud.failing import lines
 from hud.failing.classes import (
@@ -36,7 +35,8 @@ from hud.stores.clickhouse.failing import ClickHouseCases
 from hud.stores.db.failing import DatabaseCases
 from hud.stores.fallback import FallbackCases, clickhouse_failed, source
 from hud.stores.types import BackendInfo, PrDetail
-from ootci.models import Delivery, JobResult, PullRequest, TestReport
+from ootci import baseline, verdicts
+from ootci.models import DisabledTest, JobResult, PullRequest, TestReport
 
 FIELDS = ("id", "backend_id", "event_type", "job_sha", "pr_number", "workflow_name", "job_name", "run_attempt")
 FIELDS += ("created_at", "finished_at", "outcome", "run_url")
@@ -70,21 +70,6 @@ def column(row: dict) -> str:
     return f"{row['workflow_name']} / {row['job_name']}"
 
 
-def baseline_jobs(backend_ids: list[int]):
-    """The backends' nightly and push jobs that have a parsed test report."""
-    parsed = TestReport.objects.filter(job=OuterRef("pk"), state=TestReport.State.PARSED)
-    return JobResult.objects.filter(backend_id__in=backend_ids, event_type__in=BASELINE_EVENTS).filter(Exists(parsed))
-
-
-def newest_runs(jobs) -> dict[int, tuple[str, str]]:
-    """Per backend, the (event, SHA) of its newest job of ``jobs`` by finish time: one query for any number."""
-    newest = [F("finished_at").desc(), F("id").desc()]
-    ranked = jobs.annotate(n=Window(RowNumber(), partition_by=F("backend_id"), order_by=newest)).filter(n=1)
-    return {
-        r["backend_id"]: (r["event_type"], r["job_sha"]) for r in ranked.values("backend_id", "event_type", "job_sha")
-    }
-
-
 def runs_at(keys: dict[int, tuple[str, str]]) -> dict[int, Run]:
     """Each backend's run at its (event, SHA): one query for any number."""
     if not keys:
@@ -97,20 +82,28 @@ def runs_at(keys: dict[int, tuple[str, str]]) -> dict[int, Run]:
 
 
 def pr_baselines(backend_ids: list[int], *, base_sha: str, pushed_at: datetime | None) -> dict[int, Baseline]:
-    """Per backend, its run on the PR's base commit, else its latest finished before the head was pushed (none
-    without either)."""
-    jobs = baseline_jobs(backend_ids)
-    rules: dict[int, str] = {}
-    keys: dict[int, tuple[str, str]] = {}
-    if base_sha:
-        keys = newest_runs(jobs.filter(job_sha=base_sha))
-        rules = dict.fromkeys(keys, "base")
-    missing = [bid for bid in backend_ids if bid not in keys]
-    if pushed_at and missing:
-        before = newest_runs(jobs.filter(backend_id__in=missing, finished_at__lte=pushed_at))
-        keys |= before
-        rules |= dict.fromkeys(before, "before")
-    return {bid: Baseline(rules[bid], run) for bid, run in runs_at(keys).items()}
+    """Per backend, its baseline run for the PR (``ootci.baseline``: the one rule)."""
+    found = baseline.pr_baselines(backend_ids, base_sha=base_sha, pushed_at=pushed_at)
+    runs = runs_at({bid: key for bid, (_, key) in found.items()})
+    return {bid: Baseline(found[bid][0], run) for bid, run in runs.items()}
+
+
+def disabled_of(targets: list[Target], failing: dict[int, list[dict]]) -> list[Target]:
+    """The targets with the failing tests their backend's disabled list holds (one query for all)."""
+    wanted = {t.backend.id: chosen_tests(t, failing)[0] for t in targets if t.run}
+    wanted = {bid: tests for bid, tests in wanted.items() if tests}
+    if not wanted:
+        return targets
+    rows = DisabledTest.objects.active().filter(backend_id__in=list(wanted))
+    entries: dict[int, list[tuple]] = {bid: [] for bid in wanted}
+    for bid, *entry in rows.values_list("backend_id", "name", "kind", "test_name", "class_name"):
+        entries[bid].append(tuple(entry))
+    return [
+        replace(t, disabled=frozenset(verdicts.job_disabled_tests(wanted[t.backend.id], entries[t.backend.id])))
+        if t.backend.id in wanted
+        else t
+        for t in targets
+    ]
 
 
 def others_at(sha: str, *, backend_id: int, events: tuple[str, ...]) -> dict[int, int]:
@@ -137,16 +130,6 @@ def pr_state(number: int, head: str) -> str:
     return "-".join(f"{x['n']}/{x['at'].timestamp() if x['at'] else 0}" for x in (found, reports))
 
 
-def pr_pushed(number: int, head: str, rows: list[dict]) -> tuple[str, datetime | None]:
-    """The PR's base SHA ("" if unknown) and when its head was first pushed (its first delivery, else its first
-    job), from the deliveries of that head."""
-    deliveries = Delivery.objects.filter(pull_request__number=number, head_sha=head).order_by("received_at")
-    found = list(deliveries.values_list("received_at", "payload__pull_request__base__sha"))
-    base = next((str(sha)[:40] for _, sha in found if sha), "")
-    pushed = found[0][0] if found else min((r["created_at"] for r in rows), default=None)
-    return base, pushed
-
-
 def pr_targets(number: int, head: str, backends: list[BackendInfo]) -> tuple[list[Target], list[dict]]:
     """One target per backend of ``backends`` on the PR's head SHA (baselines not yet attached), and the job rows."""
     rows = job_rows(JobResult.objects.filter(pr_number=number, event_type="pull_request", job_sha=head))
@@ -161,14 +144,14 @@ def pr_targets(number: int, head: str, backends: list[BackendInfo]) -> tuple[lis
 
 def latest_baseline_target(backend: BackendInfo) -> Target:
     """The backend's latest nightly or push run with a test report, compared with the run before it."""
-    jobs = baseline_jobs([backend.id])
-    run = runs_at(newest_runs(jobs)).get(backend.id)
+    run = runs_at(baseline.newest_runs(baseline.baseline_jobs([backend.id]))).get(backend.id)
     if run is None:
         return Target(backend, None, None)
     started = JobResult.objects.filter(id__in=[j.id for j in run.jobs]).aggregate(at=Min("created_at"))["at"]
-    before = runs_at(newest_runs(jobs.filter(finished_at__lte=started).exclude(job_sha=run.sha))).get(backend.id)
-    baseline = Baseline("previous", before) if before else None
-    return Target(backend, run, baseline, others_at(run.sha, backend_id=backend.id, events=BASELINE_EVENTS))
+    key = baseline.previous_baseline(backend.id, sha=run.sha, started_at=started)
+    before = runs_at({backend.id: key}).get(backend.id) if key else None
+    previous = Baseline("previous", before) if before else None
+    return Target(backend, run, previous, others_at(run.sha, backend_id=backend.id, events=BASELINE_EVENTS))
 
 
 def recent_prs(backend_id: int) -> list[dict]:
@@ -199,9 +182,11 @@ def pr_failing(
     failing = by_job(store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else [])
     failing_on = [t.backend.id for t in ran if chosen_tests(t, failing)[0]]
     if failing_on:
-        base, pushed = pr_pushed(number, head, rows)
+        first_job_at = min((r["created_at"] for r in rows), default=None)
+        base, pushed = baseline.pr_pushed(number, head, first_job_at=first_job_at)
         baselines = pr_baselines(failing_on, base_sha=base, pushed_at=pushed)
         targets = [replace(t, baseline=baselines.get(t.backend.id)) for t in targets]
+        targets = disabled_of(targets, failing)
     return classified(store, targets, failing=failing)
 
 
@@ -209,7 +194,9 @@ def backend_failing(store: CaseRows, backend: BackendInfo, *, pr: int | None = N
     """The backend's failing tests on PR ``pr``'s head (None if that PR was never relayed), else in its latest
     nightly or push run with a test report."""
     if pr is None:
-        return classified(store, [latest_baseline_target(backend)])[0]
+        target = latest_baseline_target(backend)
+        failing = by_job(store.failing_cases(job_ids=[j.id for j in target.run.jobs]) if target.run else [])
+        return classified(store, disabled_of([target], failing), failing=failing)[0]
     found = pr_failing(store, pr, [backend])
     return None if found is None else found[0]
 
@@ -250,6 +237,11 @@ def pr_failing_tests(number: int, detail: PrDetail | None = None) -> list[Backen
 def recent_failing_prs(backend_id: int) -> list[dict]:
     """The backend's latest PR heads with a test failure, for the failing-tests view's links."""
     return recent_prs(backend_id)
+
+
+def auto_retries(jobs) -> set[int]:
+    """The attempts among ``jobs`` that the relay started itself, re-running an infra failure (hud.failing.lines)."""
+    return lines.auto_retries(jobs)
 
 
 def job_failures(job_ids) -> dict[int, lines.FailureLine]:

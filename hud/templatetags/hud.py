@@ -144,6 +144,7 @@ def hud_settings() -> dict:
         "demotion_days": gates.DEMOTION_DAYS,
         "notice_days": gates.NOTICE_WORKING_DAYS,
         "zombie": f"{settings.ZOMBIE_TIMEOUT_HOURS:g}",
+        "outage_jobs": settings.AUTO_RETRY_OUTAGE_JOBS,
         "events": EVENTS,
         "upstream": settings.UPSTREAM_REPO,
     }

@@ -65,7 +65,9 @@ class JobView(APIView):
         summary="One job attempt and every attempt of that job",
         description="``failure``: why the attempt failed, as the job page shows it (class, where it was decided, the "
         "rule and the log line with its link on GitHub, the failed step); null when it did not fail or is not "
-        "classified yet.",
+        "classified yet. ``verdict``: the job's verdict (ootci.verdicts: infra, disabled, flaky, broken-baseline, "
+        "new, unknown; empty when it did not fail or is not known yet); ``exonerated``: why its check run concluded "
+        "neutral; ``auto_retry``: the relay's automatic re-run of an infra failure, or why none.",
     )
     def get(self, request: Request, org: str, repo: str, job_id: int) -> Response:
         info = backend_or_404(org, repo)
@@ -73,7 +75,9 @@ class JobView(APIView):
         if detail is None:
             raise NotFound(f"{info.repo} has no job {job_id}")
         failure = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
-        return Response(plain(detail) | {"failure": plain(failure)})
+        verdict = {"verdict": failure.verdict if failure else "", "exonerated": failure.exonerated if failure else ""}
+        verdict["auto_retry"] = failure.auto_retry if failure else ""
+        return Response(plain(detail) | {"failure": plain(failure)} | verdict)
 
 
 class ReadinessView(APIView):

@@ -14,6 +14,7 @@ from hud.failing import queries as failing_queries
 from hud.figures import queries
 from hud.web import params
 from hud.web.api_shared import BackendRefSerializer, backend_or_404, plain
+from ootci import verdicts
 
 PR = OpenApiParameter("pr", int, description="A PR number: its head's failing tests (default: the latest baseline run)")
 
@@ -33,15 +34,19 @@ class BaselineSerializer(serializers.Serializer):
 
 class FailingTestSerializer(serializers.Serializer):
     test_id = serializers.CharField(help_text="Generic id: file::Class::name with the device made generic")
+    verdict = serializers.ChoiceField(
+        choices=verdicts.TEST_ORDER,
+        help_text="The first that holds: infra, disabled, flaky, broken-baseline, new (README 'How we count')",
+    )
     classes = serializers.ListField(
         child=serializers.CharField(),
-        help_text="new | already failing | not on baseline | no baseline, then only here, flaky",
+        help_text="the verdict, then passed/failing/not on baseline or no baseline, then only here",
     )
-    new = serializers.BooleanField(help_text="Passed on the baseline")
-    already_failing = serializers.BooleanField(help_text="Failed on the baseline too")
+    new = serializers.BooleanField(help_text="verdict == new")
+    already_failing = serializers.BooleanField(help_text="verdict == broken-baseline")
     only_here = serializers.BooleanField(help_text="Passed on another backend at the same upstream SHA, failed on none")
     flaky = serializers.BooleanField()
-    flaky_why = serializers.ListField(child=serializers.CharField())
+    flaky_why = serializers.ListField(child=serializers.CharField(), help_text="The evidence that makes it flaky")
     baseline = serializers.CharField(help_text="passed, failing, absent; empty without a baseline")
     elsewhere = serializers.CharField(help_text="passes, fails or not run on the other backends at the same SHA")
     flakiness = serializers.FloatField(allow_null=True, help_text="Flips / (results - 1) over the last 20 results")
@@ -64,6 +69,7 @@ class BackendFailingSerializer(serializers.Serializer):
     ran = serializers.BooleanField(help_text="The backend has jobs at that SHA")
     baseline = BaselineSerializer(allow_null=True, help_text="null: no baseline")
     total = serializers.IntegerField(help_text="Failing tests at the SHA (tests lists the first 500)")
+    verdict = serializers.CharField(help_text="The worst of its tests' verdicts (new first); empty without any")
     new = serializers.IntegerField()
     already_failing = serializers.IntegerField()
     only_here = serializers.IntegerField()

@@ -6,11 +6,13 @@ replaces nothing outside it.
 """
 
 from dataclasses import replace
+from datetime import timedelta
 
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_page
 
@@ -18,6 +20,7 @@ from hud.failing import classes
 from hud.failing import queries as failing_queries
 from hud.figures import queries
 from hud.history import queries as history_queries
+from hud.readiness import impact
 from hud.stores import allowlisted, fallback
 from hud.stores.types import BackendInfo, BackendStats, Matrix, PrGroup
 from hud.web import badges, params
@@ -92,6 +95,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "job_filter": job_filter,
         "day_choices": params.DAYS,
         "failures": failing_queries.job_failures(failed_ids),
+        "auto": failing_queries.auto_retries(job for row in matrix.rows for job in row.cells.values()),
         "badge_markdown": badge_markdown(request, info),
     }
     return render_page(request, "backend", context)
@@ -199,7 +203,9 @@ def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     """The backend against the level gates over the fixed promotion and demotion windows, with its verdict."""
     info = backend_or_404(org, repo)
     verdict = queries.readiness(shown=[info])[info.id]
-    return render(request, "hud/readiness.html", {"backend": info, "r": verdict})
+    days = verdict.promotion.days
+    found = impact.impact(info.id, since=timezone.now() - timedelta(days=days), days=days)
+    return render(request, "hud/readiness.html", {"backend": info, "r": verdict, "impact": found})
 
 
 @cache_page(BADGE_SECONDS)

@@ -38,7 +38,7 @@ class BackendForm(forms.ModelForm):
 
     class Meta:
         model = Backend
-        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "notes"]
+        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "exonerate", "notes"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

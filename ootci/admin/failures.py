@@ -3,7 +3,8 @@ Each failed job's classification, with its "re-classify" action, is the relay's 
 
 from django.contrib import admin
 
-from ootci.models import FailureRule
+from ootci.admin.base import RecordAdmin
+from ootci.models import Exoneration, FailureRule
 
 
 @admin.register(FailureRule)
@@ -13,3 +14,12 @@ class FailureRuleAdmin(admin.ModelAdmin):
     search_fields = ["name", "regex", "notes"]
     list_select_related = ["backend"]
     fields = ["name", "regex", "failure_class", "priority", "backend", "enabled", "notes"]
+
+
+@admin.register(Exoneration)
+class ExonerationAdmin(RecordAdmin):
+    """Check runs concluded neutral rather than failure, with the tests, the rule and the evidence (ootci.verdicts)."""
+
+    list_display = ["job", "backend", "verdict", "rule", "created_at"]
+    list_filter = ["verdict", "backend"]
+    readonly_fields = ["job", "backend", "verdict", "rule", "tests", "evidence", "created_at"]

@@ -22,7 +22,7 @@ from ootci.models.core import (
     validate_repo,
 )
 from ootci.models.disabled import DisabledTest
-from ootci.models.failures import FailureClass, FailureRule, JobFailure
+from ootci.models.failures import Exoneration, FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.reports import TestCase, TestReport
 from ootci.models.runs import (
@@ -36,6 +36,7 @@ from ootci.models.runs import (
 )
 
 __all__ = [
+    "Exoneration",
     "AlertRule",
     "Incident",
     "Notification",

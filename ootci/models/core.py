@@ -55,6 +55,12 @@ class Backend(models.Model):
         default="test-reports*",
         help_text="Artifacts of a run whose name matches this glob and contains the job name are its test reports.",
     )
+    exonerate = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Check runs conclude neutral when every failure is infra, disabled, flaky or broken-baseline "
+        "(ootci.verdicts). Empty: the level's default (on at L4, off at L3).",
+    )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -68,6 +74,10 @@ class Backend(models.Model):
 
     def __str__(self) -> str:
         return self.repo
+
+    @property
+    def exonerates(self) -> bool:
+        return self.level == Level.L4 if self.exonerate is None else self.exonerate
 
     @property
     def policy(self) -> levels.Policy:

@@ -102,3 +102,19 @@ class JobFailure(models.Model):
         if self.step_number and self.step_line:
             return f"{base}#step:{self.step_number}:{self.step_line}"
         return base
+
+
+class Exoneration(models.Model):
+    """A check run concluded neutral rather than failure: every failure of the job was infra, disabled, flaky or
+    broken-baseline (``ootci.verdicts``). Counted per backend on the readiness page as an impact figure."""
+
+    job = models.OneToOneField("ootci.JobResult", on_delete=models.CASCADE, related_name="exoneration")
+    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE, related_name="exonerations")
+    verdict = models.CharField(max_length=20, help_text="The job's verdict")
+    rule = models.CharField(max_length=300, help_text="Why it was exonerated")
+    tests = models.JSONField(default=list, help_text="[{test_id, verdict, evidence}] (the first 50)")
+    evidence = models.JSONField(default=dict, help_text="The baseline run and the failure line it was decided on")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.verdict}"

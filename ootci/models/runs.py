@@ -174,6 +174,10 @@ class JobResult(models.Model):
     # The classifier's verdict (ootci.failures.rules.failure_verdict, written by relay.reports.logs); blank until
     # classified.
     failure_class = models.CharField(max_length=10, blank=True)
+    # One verdict per failed job (ootci.verdicts, set by relay.reports.verdicts); blank until known.
+    verdict = models.CharField(max_length=20, blank=True)
+    auto_retry_at = models.DateTimeField(null=True, blank=True, help_text="When the relay re-ran it (infra)")
+    auto_retry_note = models.CharField(max_length=200, blank=True, help_text="The automatic re-run, or why none")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 
 from ootci.admin.base import ReadOnlyAdmin
 from ootci.models import TestReport
-from relay.reports import pull
+from relay.reports import reparse
 
 
 @admin.register(TestReport)
@@ -21,5 +21,5 @@ class TestReportAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Re-parse the selected reports from the stored bytes", permissions=["reparse"])
     def reparse(self, request, queryset) -> None:
-        count = pull.reports_reparse(report_ids=list(queryset.values_list("pk", flat=True)))
+        count = reparse.reports_reparse(report_ids=list(queryset.values_list("pk", flat=True)))
         messages.success(request, f"{count} report(s) queued for parsing again.")

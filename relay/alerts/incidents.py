@@ -6,7 +6,8 @@ An incident opens once per fingerprint (a partial unique index: concurrent evalu
 updates the winner's row). Baseline, relay-health and gate incidents resolve after ``resolve_after`` green results
 in a row; a PR's resolves as soon as its failing jobs are green. After an incident resolves, the same one does not
 open again for ``cooldown_minutes`` (no flapping). What changed is handed to ``relay.alerts.notify``; nothing is sent
-for successes, for L1/L2 backends' PR jobs, or for infrastructure failures on PRs.
+for successes, for L1/L2 backends' PR jobs, or for PR failures whose verdict clears the PR (``ootci.verdicts``:
+infra, disabled, flaky, broken-baseline).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ootci import governance, levels
+from ootci import baseline, governance, levels, verdicts
 from ootci.models import AlertRule, Backend, Dispatch, Event, Incident, JobResult, lost_cutoff
 from relay.alerts import notify
 
@@ -118,17 +119,11 @@ def incident_green(
 # --- the rules ------------------------------------------------------------------------------------------------------
 
 
-def latest_attempts(jobs) -> list[JobResult]:
-    """The latest attempt of each job among ``jobs`` (a queryset), newest report first."""
-    found: dict[tuple, JobResult] = {}
-    for j in jobs.order_by(*JobResult.LATEST_ORDER):
-        found.setdefault(tuple(getattr(j, f) for f in JobResult.JOB_FIELDS), j)
-    return list(found.values())
-
-
 def pr_evaluate(job: JobResult) -> str:
-    """An L3/L4 backend's test failures new on the PR (its latest attempts on the job's SHA): an incident per PR and
-    backend, updated on every change, resolved as soon as its failing jobs are green."""
+    """An L3/L4 backend's failures on the PR (its latest attempts on the job's SHA) whose verdict (``ootci.baseline``)
+    is ``new`` or ``unknown``: an incident per PR and backend, updated on every change (a parsed report, a re-run),
+    resolved as soon as none is left. Each job's failures are in the details, grouped by verdict with their evidence,
+    for the PR comment."""
     backend = job.backend
     rule = rule_for(AlertRule.Kind.PR_TEST, backend)
     if rule is None or levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
@@ -136,17 +131,19 @@ def pr_evaluate(job: JobResult) -> str:
     same = JobResult.objects.filter(
         backend=backend, event_type=Event.PULL_REQUEST, pr_number=job.pr_number, job_sha=job.job_sha
     )
-    latest = latest_attempts(same)
-    failing = [j for j in latest if j.outcome == JobResult.Outcome.TEST and new_on_pr(j)]
+    latest = baseline.latest_attempts(same.select_related("backend"))
+    found = baseline.jobs_verdicts(latest)
+    blocking = (verdicts.NEW, verdicts.UNKNOWN)
+    failing = [j for j in latest if j.outcome == JobResult.Outcome.TEST and found[j.pk].verdict in blocking]
     fingerprint = f"{rule.kind}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
     details = {
         "upstream_repo": job.upstream_repo,
         "sha": job.job_sha,
-        "jobs": [job_entry(j) for j in sorted(latest, key=lambda j: (j.workflow_name, j.job_name))],
+        "jobs": [job_entry(j, found.get(j.pk)) for j in sorted(latest, key=lambda j: (j.workflow_name, j.job_name))],
     }
     if failing:
         names = ", ".join(f"{j.workflow_name} / {j.job_name}" for j in failing)
-        what = f"{backend.repo}: {len(failing)} job(s) failing tests on PR #{job.pr_number}: {names}"
+        what = f"{backend.repo}: {len(failing)} job(s) with new failures on PR #{job.pr_number}: {names}"
         return incident_fire(
             rule, backend=backend, fingerprint=fingerprint, what=what, details=details, pr_number=job.pr_number
         )
@@ -155,36 +152,22 @@ def pr_evaluate(job: JobResult) -> str:
     return incident_green(fingerprint, resolve_after=1, details=details)
 
 
-def job_entry(j: JobResult) -> dict:
-    return {
+def job_entry(j: JobResult, found: baseline.JobVerdict | None = None) -> dict:
+    entry = {
         "job": f"{j.workflow_name} / {j.job_name}",
         "sha": j.job_sha,
         "outcome": j.outcome,
         "attempt": j.run_attempt,
         "url": j.run_url,
         "failed_tests": list(j.failed_tests or [])[:10],
+        "verdict": found.verdict if found else "",
     }
-
-
-def new_on_pr(job: JobResult) -> bool:
-    """Whether a PR job's test failure is new on the PR: some failed test that the same job's latest baseline run did
-    not fail. Without per-test data or a baseline, every test failure counts."""
-    if not job.failed_tests:
-        return True
-    baseline = (
-        JobResult.objects.filter(
-            backend_id=job.backend_id,
-            event_type__in=BASELINE_EVENTS,
-            workflow_name=job.workflow_name,
-            job_name=job.job_name,
-            status=JobResult.Status.COMPLETED,
-        )
-        .order_by("-finished_at", "-id")
-        .first()
-    )
-    if baseline is None:
-        return True
-    return bool(set(job.failed_tests) - set(baseline.failed_tests or []))
+    if found:
+        entry["tests"] = [
+            {"test_id": t.test_id, "verdict": t.verdict, "evidence": list(t.evidence)} for t in found.tests[:20]
+        ]
+        entry["baseline_sha"] = found.baseline_sha
+    return entry
 
 
 def baseline_evaluate(job: JobResult) -> str:
@@ -202,7 +185,7 @@ def baseline_evaluate(job: JobResult) -> str:
         status=JobResult.Status.COMPLETED,
     )
     need = max(int(rule.threshold), rule.resolve_after)
-    recent = sorted(latest_attempts(runs), key=lambda j: (j.finished_at, j.pk), reverse=True)
+    recent = sorted(baseline.latest_attempts(runs), key=lambda j: (j.finished_at, j.pk), reverse=True)
     outcomes = [j.outcome for j in recent if j.outcome in COUNTED][:need]
     fingerprint = f"{rule.kind}:{backend.pk}:{job.workflow_name}/{job.job_name}"
     n = int(rule.threshold)

@@ -26,6 +26,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
+from ootci import verdicts
 from ootci.models import AlertRule, Incident, Notification, NotificationChannel, PrComment
 from relay.github import client as github
 
@@ -39,6 +40,7 @@ CARRIES = {
     Kind.WEBHOOK: (set(AlertRule.Kind), {"opened", "resolved"}),
     Kind.EMAIL: (set(AlertRule.Kind), {"opened", "resolved"}),
 }
+COMMENT_LINES = 100  # failures listed per verdict in a PR comment (GitHub's limit is 65,536 characters)
 SEND_ERRORS = (github.GitHubError, requests.RequestException, smtplib.SMTPException, OSError)
 
 
@@ -108,21 +110,39 @@ def incident_text(incident: Incident) -> str:
 
 
 def pr_comment_body(incident: Incident) -> str:
+    """The backend's section of the PR, Dr.CI's way: its jobs' failures grouped by verdict (``ootci.verdicts``), each
+    with its evidence and links, edited in place as results arrive."""
     backend = incident.backend
     lines = [
         f"<!-- oot-ci:{backend.repo}:{incident.pr_number} -->",
         f"### {backend.repo} ({backend.device or backend.level})",
     ]
     if incident.state == Incident.State.RESOLVED:
-        lines.append("✅ **Resolved**: the jobs that failed tests are green now.")
+        lines.append("✅ **Resolved**: no failure of this PR is left on this backend.")
     else:
         lines.append(f"❌ {incident.what}")
-    lines += ["", f"On `{incident.details.get('sha', '')[:12]}`:", "", "| job | result | attempt |", "|---|---|---|"]
+    lines += ["", f"On `{incident.details.get('sha', '')[:12]}`:"]
+    groups: dict[str, list[str]] = {}
     for job in incident.details.get("jobs", []):
-        result = {"test": "test failure", "infra": "infra failure"}.get(job["outcome"], job["outcome"])
+        if job["outcome"] not in ("test", "infra"):
+            continue
         name = f"[{job['job']}]({job['url']})" if job.get("url") else job["job"]
-        lines.append(f"| {name} | {result} | {job['attempt']} |")
-        lines += [f"|   ↳ `{t}` | | |" for t in job.get("failed_tests", [])[:5]]
+        name += f" (attempt {job['attempt']})" if job.get("attempt", 1) > 1 else ""
+        tests = job.get("tests") or []
+        if not tests:
+            named = ", ".join(f"`{t}`" for t in job.get("failed_tests", [])[:5])
+            groups.setdefault(job.get("verdict") or verdicts.UNKNOWN, []).append(
+                f"- {name}" + (f": {named}" if named else "")
+            )
+        for t in tests:
+            why = f" — {', '.join(t['evidence'])}" if t.get("evidence") else ""
+            groups.setdefault(t["verdict"], []).append(f"- `{t['test_id']}` in {name}{why}")
+    for verdict in verdicts.JOB_ORDER:
+        if verdict in groups:
+            shown = groups[verdict][:COMMENT_LINES]
+            more = len(groups[verdict]) - len(shown)
+            lines += ["", f"**{verdict.upper()}** — {verdicts.MEANING[verdict]}", *shown]
+            lines += [f"- … and {more} more"] if more else []
     oncalls = ", ".join(f"@{h}" for h in backend.oncalls)
     lines += ["", f"On-call: {oncalls or 'none listed'}. This comment is edited in place as the jobs change."]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import levels
+from ootci import baseline, levels
 from ootci.jobs import job_label
 from ootci.models import Backend, Delivery, Event, JobFailure, JobResult, PullRequest
 from ootci.replication import job_results_changed
@@ -73,18 +73,26 @@ def check_run_wanted(*, job: JobResult, pr: PullRequest | None) -> bool:
 
 def check_run_fields(*, job: JobResult) -> dict[str, Any]:
     """What the check run of a job attempt says (DESIGN §4), as keyword arguments of ``github.check_run_*``."""
+    decision = None
+    if job.status == JobResult.Status.COMPLETED:  # a failed job's conclusion waits for its verdict (relay.reports)
+        decision = baseline.check_run_decision(job, conclusion=_check_run_conclusion(job))
     fields: dict[str, Any] = {
-        "status": job.status,
+        "status": JobResult.Status.IN_PROGRESS if decision and not decision.conclusion else job.status,
         "external_id": check_run_external_id(backend_id=job.backend_id, run_id=job.run_id),
-        "output": _check_run_output(job),
+        "output": _check_run_output(job, decision),
     }
     if job.run_url:
         fields["details_url"] = job.run_url
     if job.started_at:
         fields["started_at"] = job.started_at
-    if job.status == JobResult.Status.COMPLETED:
-        fields["conclusion"] = _check_run_conclusion(job)
+    if decision and decision.conclusion:
+        fields["conclusion"] = decision.conclusion
         fields["completed_at"] = job.completed_at or timezone.now()
+    elif decision:
+        wait = (decision.wait_until - timezone.now()).total_seconds()
+        transaction.on_commit(lambda: _check_run_again(job.pk, 1, wait=max(1.0, wait)), robust=True)
+    if decision and decision.found and baseline.infra_retry_due(job, decision.found):  # relay.reports.verdicts
+        transaction.on_commit(lambda: async_task("relay.tasks.job_infra_retry", job.pk), robust=True)
     return fields
 
 
@@ -306,11 +314,12 @@ def _check_run_conclusion(job: JobResult) -> str:
     return job.conclusion if job.conclusion in CHECK_RUN_CONCLUSIONS else "neutral"
 
 
-def _check_run_output(job: JobResult) -> dict[str, str]:
-    if job.status == JobResult.Status.COMPLETED:
-        title = _check_run_conclusion(job).replace("_", " ").capitalize()
+def _check_run_output(job: JobResult, decision: baseline.Decision | None = None) -> dict[str, str]:
+    if decision and decision.conclusion:
+        title = decision.conclusion.replace("_", " ").capitalize()
+        title += f" ({decision.found.verdict})" if decision.found else ""
     else:
-        title = "In progress"
+        title = "Completed: verdict awaited" if decision else "In progress"
     run = f"run {job.run_id}" + (f", attempt {job.run_attempt}" if job.run_attempt > 1 else "")
     lines = [
         f"**{job.backend.repo}** · workflow `{job.workflow_name}`"
@@ -340,6 +349,8 @@ def _check_run_output(job: JobResult) -> dict[str, str]:
     failure = JobFailure.objects.filter(job_id=job.pk).exclude(failure_class="").first()
     if failure:
         lines += ["", _failure_text(failure)]
+    if decision and (text := baseline.verdict_text(decision)):
+        lines += ["", text]
     output = {"title": title, "summary": "\n".join(lines)[:CHECK_RUN_OUTPUT_LIMIT]}
     if job.failed_tests:
         output["text"] = _check_run_failed_tests_text(job)

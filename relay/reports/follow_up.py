@@ -1,8 +1,15 @@
 """What a callback that completed a job starts, run by the task worker (``relay.tasks.job_completed``)."""
 
+import re
+
+from django.db import transaction
+from django_q.tasks import async_task
+
 from ootci.models import JobResult
 from relay.alerts import incidents
-from relay.reports import logs, pull
+from relay.reports import logs
+
+GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 
 
 def job_completed_follow_up(*, job_id: int) -> str:
@@ -13,6 +20,12 @@ def job_completed_follow_up(*, job_id: int) -> str:
     job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None:
         return "missing"
-    pull.job_reports_pull_wanted(job)
+    job_reports_pull_wanted(job)
     logs.job_log_after_report(job=job)
     return incidents.job_alerts_evaluate(job_id=job_id)
+
+
+def job_reports_pull_wanted(job: JobResult) -> None:
+    """After a new completed callback of a GitHub Actions job (numeric run id): queue the pull of its reports."""
+    if job.status == JobResult.Status.COMPLETED and GITHUB_RUN_ID.match(job.run_id):
+        transaction.on_commit(lambda: async_task("relay.tasks.job_reports_pull", job.pk), robust=True)

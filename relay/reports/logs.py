@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django_q.tasks import async_task
 
-from ootci import levels
+from ootci import baseline, levels
 from ootci.failures.rules import failure_verdict
 from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
@@ -196,9 +196,16 @@ def _verdict_store(job: JobResult, found: JobFailure, classification: Classifica
         JobResult.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=timezone.now())
         job_results_changed()
         if found.line and JobResult.objects.filter(pk=job.pk, upstream_check_run_id__isnull=False).exists():
-            # Its L3/L4 check run shows the failure line: sync it again (by name: check_runs does not import us).
+            # Its L3/L4 check run shows the failure line (and may wait for this verdict): sync it again (by name:
+            # check_runs does not import us).
             transaction.on_commit(lambda: async_task("relay.tasks.check_run_sync", job.pk), robust=True)
     job.failure_class = verdict.failure_class
+    job.refresh_from_db(fields=["failure_class", "outcome", "verdict", "auto_retry_at", "auto_retry_note"])
+    found_verdict = baseline.job_verdict(job)
+    if job.event_type == "pull_request":  # the PR comment groups its failures by verdict: bring it along
+        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk), robust=True)
+    if found_verdict and baseline.infra_retry_due(job, found_verdict):  # relay.reports.verdicts.job_infra_retry
+        transaction.on_commit(lambda: async_task("relay.tasks.job_infra_retry", job.pk), robust=True)
 
 
 class _Counted:

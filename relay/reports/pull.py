@@ -24,8 +24,8 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import jobs
-from ootci.models import JobResult, TestCase, TestReport
+from ootci import baseline, jobs
+from ootci.models import Event, JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
 from ootci.reports import junit
 from relay.github import check_runs
@@ -246,12 +246,6 @@ def _artifact_received(*, repo: str, artifact_id: int) -> Received | None:
         return spooled(download, limit=junit.MAX_COMPRESSED)
 
 
-def job_reports_pull_wanted(job: JobResult) -> None:
-    """After a new completed callback of a GitHub Actions job (numeric run id): queue the pull of its reports."""
-    if job.status == JobResult.Status.COMPLETED and RUN_ID.match(job.run_id):
-        transaction.on_commit(lambda: async_task("relay.tasks.job_reports_pull", job.pk), robust=True)
-
-
 # --- parsing ----------------------------------------------------------------------------------------------------------
 
 
@@ -318,24 +312,11 @@ def job_counts_from_reports(job: JobResult) -> None:
     )
     job_results_changed()
     job.refresh_from_db()
+    baseline.job_verdict(job)
+    if job.event_type == Event.PULL_REQUEST:  # the PR comment groups its failures by verdict: bring it along
+        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk), robust=True)
     if job.dispatch_id is not None:
         check_runs.check_run_after_report(job=job, pull_request_id=job.dispatch.delivery.pull_request_id)
-
-
-def reports_reparse(*, report_ids: list[int] | None = None, states: tuple[str, ...] = ()) -> int:
-    """Mark reports pending again and queue their parse: the given ids, or every report in ``states``."""
-    rows = TestReport.objects.all()
-    if report_ids is not None:
-        rows = rows.filter(pk__in=report_ids)
-    if states:
-        rows = rows.filter(state__in=states)
-    ids = list(rows.values_list("pk", flat=True))
-    # A parsed report's cases may have been copied (ClickHouse): the copy drops the earlier parse's once this one ends.
-    TestReport.objects.filter(pk__in=ids, state=TestReport.State.PARSED).update(replaced=True)
-    TestReport.objects.filter(pk__in=ids).update(state=TestReport.State.PENDING, reason="")
-    for pk in ids:
-        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.report_parse", pk), robust=True)
-    return len(ids)
 
 
 def reports_clean(*, now=None) -> int:

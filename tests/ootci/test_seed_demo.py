@@ -37,3 +37,23 @@ def test_seed_demo_covers_what_the_pages_show(db):
     rerun = JobResult.objects.filter(run_attempt=2).first()
     assert JobResult.objects.filter(run_id=rerun.run_id, run_attempt=1, job_name=rerun.job_name).exists()
     assert rerun.queue_time is None
+
+
+def test_on_the_demo_no_test_is_flaky_beside_a_flakiness_of_zero(db, settings):
+    # The demo PR 160211 showed "flaky" beside "flakiness 0.0 %" on xpu: the badge and the figure now read the same
+    # results (ootci.verdicts.flaky_evidence), on every backend of every PR the demo has.
+    from hud.failing import queries as failing_queries
+    from ootci.models import JobResult
+
+    settings.HUD_CACHE_SECONDS = 0
+    call_command("seed_demo", stdout=io.StringIO())
+    prs = set(JobResult.objects.filter(outcome="test", pr_number__isnull=False).values_list("pr_number", flat=True))
+    flaky = 0
+    for number in sorted(prs):
+        for found in failing_queries.pr_failing_tests(number) or []:
+            for t in found.tests:
+                if t.flaky:
+                    flaky += 1
+                    assert t.flakiness, (number, found.backend.repo, t.test_id, t.flaky_why)
+                    assert t.flaky_why
+    assert flaky  # the demo has flaky tests to show

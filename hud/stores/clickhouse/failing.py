@@ -17,6 +17,7 @@ from hud.stores.base import as_datetime
 from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse.case_table import TABLE
+from ootci.verdicts import BASELINE_EVENTS as BASELINE
 
 KEY = "generic_id, backend_id, reported_at, report_id, ordinal"  # the sorting key: every version of a case has it
 TESTS = "generic_id IN {test_ids:Array(String)}"
@@ -49,13 +50,16 @@ class ClickHouseCases:
             case_table.ensure_schema()
         pairs = [(bid, test) for bid, ids in tests.items() for test in ids]
         wanted = f"{TESTS} AND (backend_id, generic_id) IN {{pairs:Array(Tuple(UInt64, String))}}"
-        cases = latest("backend_id, generic_id, status, job_id, job_sha, reported_at, report_id, ordinal", wanted)
-        sql = f"""SELECT backend_id, generic_id AS test_id, status, job_id, job_sha, reported_at AS at FROM ({cases})
+        wanted += " AND event_type IN {baseline_events:Array(String)}"  # ootci.verdicts: the backend's own runs
+        columns = "backend_id, generic_id, status, reruns, job_id, job_sha, reported_at, report_id, ordinal"
+        cases = latest(columns, wanted)
+        sql = f"""SELECT backend_id, generic_id AS test_id, status, reruns, job_id, job_sha, reported_at AS at
+            FROM ({cases})
             WHERE status IN {{counted:Array(String)}}
             ORDER BY backend_id, test_id, reported_at DESC, report_id DESC, ordinal DESC
             LIMIT {int(limit)} BY backend_id, test_id"""
         test_ids = sorted({test for _, test in pairs})
-        found = select(sql, test_ids=test_ids, pairs=pairs, counted=list(COUNTED))
+        found = select(sql, test_ids=test_ids, pairs=pairs, counted=list(COUNTED), baseline_events=list(BASELINE))
         return [
             r | {"backend_id": int(r["backend_id"]), "job_id": int(r["job_id"]), "at": as_datetime(r["at"])}
             for r in found

@@ -14,6 +14,7 @@ from hud.stores.base import CASE_COUNTED as COUNTED
 from hud.stores.base import CASE_FAILING as FAILING
 from hud.stores.base import as_datetime
 from ootci.models import TestCase
+from ootci.verdicts import BASELINE_EVENTS as BASELINE
 
 TEXT = CharField()
 
@@ -38,6 +39,7 @@ class DatabaseCases:
         pairs = [f"{backend_id}:{test}" for backend_id, ids in tests.items() for test in ids]
         rows = (
             TestCase.objects.filter(test_id__in=wanted, job__backend_id__in=list(tests), status__in=COUNTED)
+            .filter(job__event_type__in=BASELINE)  # ootci.verdicts: the backend's own runs, not other PRs'
             .annotate(pair=Concat(Cast("job__backend_id", CharField()), Value(":"), "test_id", output_field=TEXT))
             .filter(pair__in=pairs)
             .annotate(
@@ -49,5 +51,5 @@ class DatabaseCases:
             .filter(n__lte=limit)
             .order_by("backend_id", "test_id", *newest)
         )
-        found = rows.values("backend_id", "test_id", "status", "job_id", "job_sha", "at")
+        found = rows.values("backend_id", "test_id", "status", "reruns", "job_id", "job_sha", "at")
         return [r | {"at": as_datetime(r["at"])} for r in found]

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from ootci.models import TestReport
-from relay.reports.pull import reports_reparse
+from relay.reports.reparse import reports_reparse
 
 
 class Command(BaseCommand):

@@ -74,16 +74,24 @@ def test_each_failing_test_on_a_pr_gets_its_classes(history, npu, xpu):
 
     tests = by_name(found)
     assert set(tests) == {"t_new", "t_old", "t_only", "t_rerun", "t_att", "t_absent"}  # not t_ok, which passed
-    assert tests["t_new"].classes == ("new",)
-    assert tests["t_old"].classes == ("already failing",)
-    assert tests["t_only"].classes == ("new", "only here")
-    assert tests["t_rerun"].classes == ("new", "flaky")
-    assert tests["t_att"].classes == ("new", "flaky")
+    assert {name: t.verdict for name, t in tests.items()} == {
+        "t_new": "new",
+        "t_old": "broken-baseline",
+        "t_only": "new",
+        "t_rerun": "flaky",  # flaky before broken-baseline or new: it passed at this SHA
+        "t_att": "flaky",
+        "t_absent": "new",  # a baseline that did not run it cannot clear it
+    }
+    assert tests["t_new"].classes == ("passed on baseline",)
+    assert tests["t_old"].classes == ("failing on baseline",)
+    assert tests["t_only"].classes == ("passed on baseline", "only here")
+    assert tests["t_rerun"].classes == ("passed on baseline", "flaky")
     assert tests["t_absent"].classes == ("not on baseline",)
     assert tests["t_new"].elsewhere == "fails" and tests["t_absent"].elsewhere == "not run"
     assert found.baseline.rule == "base" and found.baseline.sha == BASE and found.baseline.event == "nightly"
-    assert (found.new, found.already_failing, found.only_here, found.flaky, found.total) == (4, 1, 1, 2, 6)
-    assert found.summary == "4 new failures on npu, 1 already failing, 1 not on the baseline"
+    assert (found.new, found.already_failing, found.only_here, found.flaky, found.total) == (3, 1, 1, 2, 6)
+    assert found.summary == "3 new failures on npu, 2 flaky, 1 broken-baseline"
+    assert found.verdict == "new"
 
 
 def test_flaky_says_why_rerun_within_a_job_or_attempts_that_disagree(history, npu, xpu):
@@ -103,9 +111,9 @@ def test_a_backend_without_a_nightly_or_push_run_has_no_baseline(history, npu, x
     found = failing_queries.failing_tests(allowlisted.backend("intel/xpu"), pr=7)
 
     assert found.baseline is None
-    only = [(generic_id("t_new"), ("no baseline",), "fails")]
-    assert [(t.test_id, t.classes, t.elsewhere) for t in found.tests] == only
-    assert found.summary == "1 failing test on xpu (no baseline)"
+    only = [(generic_id("t_new"), "new", ("no baseline",), "fails")]
+    assert [(t.test_id, t.verdict, t.classes, t.elsewhere) for t in found.tests] == only
+    assert found.summary == "1 new failure on xpu (no baseline)"
 
 
 def test_the_pr_summary_line_counts_new_failures_apart(history, npu, xpu):
@@ -114,8 +122,8 @@ def test_the_pr_summary_line_counts_new_failures_apart(history, npu, xpu):
     line = classes.summary_line(failing_queries.pr_failing_tests(7))
 
     npu_part, xpu_part = line.split(" · ")
-    assert npu_part == "4 new failures on npu, 1 already failing, 1 not on the baseline"
-    assert xpu_part == "1 failing test on xpu (no baseline)"
+    assert npu_part == "3 new failures on npu, 2 flaky, 1 broken-baseline"
+    assert xpu_part == "1 new failure on xpu (no baseline)"
 
 
 def test_without_a_run_on_the_base_commit_the_latest_run_before_the_push_is_the_baseline(history, npu):
@@ -129,7 +137,7 @@ def test_without_a_run_on_the_base_commit_the_latest_run_before_the_push_is_the_
     found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=8)
 
     assert (found.baseline.rule, found.baseline.sha) == ("before", "d" * 40)
-    assert by_name(found)["t_a"].classes == ("new",)
+    assert by_name(found)["t_a"].verdict == "new"
 
 
 def test_the_run_on_the_base_commit_wins_over_a_later_one(history, npu):
@@ -142,7 +150,7 @@ def test_the_run_on_the_base_commit_wins_over_a_later_one(history, npu):
     found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=9)
 
     assert (found.baseline.rule, found.baseline.sha, found.baseline.event) == ("base", BASE, "push")
-    assert by_name(found)["t_a"].classes == ("already failing",)
+    assert by_name(found)["t_a"].verdict == "broken-baseline"
 
 
 def test_a_baseline_run_without_a_test_report_is_not_a_baseline(history, npu):
@@ -154,6 +162,7 @@ def test_a_baseline_run_without_a_test_report_is_not_a_baseline(history, npu):
     found = failing_queries.failing_tests(allowlisted.backend("acme/npu"), pr=10)
 
     assert found.baseline is None and by_name(found)["t_a"].classes == ("no baseline",)
+    assert by_name(found)["t_a"].verdict == "new"
 
 
 def test_the_flakiness_score_counts_flips_over_the_last_20_results(history, npu):
@@ -170,7 +179,7 @@ def test_the_flakiness_score_counts_flips_over_the_last_20_results(history, npu)
     assert t.streak == 10 and t.since_sha == f"{11:040x}"
     assert not t.flaky
     assert (found.sha, found.baseline.rule, found.baseline.sha) == (f"{20:040x}", "previous", f"{19:040x}")
-    assert t.classes == ("already failing",)
+    assert t.verdict == "broken-baseline"
 
 
 def test_a_test_that_alternates_scores_one_and_is_flaky_when_one_sha_saw_both(history, npu):
@@ -180,8 +189,10 @@ def test_a_test_that_alternates_scores_one_and_is_flaky_when_one_sha_saw_both(hi
 
     t = by_name(failing_queries.failing_tests(allowlisted.backend("acme/npu")))["t_s"]
 
-    assert t.flakiness == 1.0 and t.results == 5
-    assert t.flaky_why == ("passed and failed at one SHA",)
+    # Read: at its newest SHA a failure and a pass, then pass, fail, pass: 3 flips over 5 results.
+    assert t.flakiness == 0.75 and t.results == 5
+    assert t.flaky_why == ("passed and failed at one SHA", "flakiness 75 % over its last 5 results")
+    assert t.verdict == "flaky"
 
 
 def test_only_here_needs_a_pass_elsewhere_and_no_failure(history, npu, xpu, make_backend):
@@ -194,7 +205,7 @@ def test_only_here_needs_a_pass_elsewhere_and_no_failure(history, npu, xpu, make
 
     assert tests["t_a"].only_here and tests["t_a"].elsewhere == "passes"
     assert not tests["t_b"].only_here and tests["t_b"].elsewhere == "fails"
-    assert tests["t_a"].classes == ("no baseline", "only here")
+    assert tests["t_a"].classes == ("no baseline", "only here") and tests["t_a"].verdict == "new"
 
 
 def test_the_first_failure_message_line_and_the_failing_jobs_are_kept(history, npu):

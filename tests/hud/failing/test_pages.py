@@ -20,29 +20,29 @@ def pr(history, npu, xpu):  # noqa: F811
 def test_the_pr_page_counts_new_failures_apart_and_classifies_each_backend(client, pr):
     html = client.get("/oot/pr/7/").content.decode()
 
-    assert "Failing tests: 4 new failures on npu, 1 already failing, 1 not on the baseline" in html
-    assert "1 failing test on xpu (no baseline)" in html
+    assert "Failing tests: 3 new failures on npu, 2 flaky, 1 broken-baseline" in html
+    assert "1 new failure on xpu (no baseline)" in html
     assert html.count(f'data-test="{generic_id("t_only")}"') == 1
-    assert 'data-class="only here"' in html and 'data-class="flaky"' in html
+    assert 'data-class="only here"' in html and 'data-verdict="flaky"' in html and 'data-verdict="new"' in html
     assert f"/pytorch/pytorch/commit/{BASE}" in html and "the run on the PR&#x27;s base commit" in html
     assert "no baseline" in html
 
 
 def test_the_pr_page_keeps_its_classification_until_a_result_of_the_head_changes(client, pr, history, npu, settings):  # noqa: F811
     settings.HUD_CACHE_SECONDS = 60
-    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
+    assert "3 new failures on npu, 2 flaky, 1 broken-baseline" in client.get("/oot/pr/7/").content.decode()
 
-    # The baseline had t_new failing after all: the head's results are unchanged, so the page still says 4 new ...
+    # The baseline had t_new failing after all: the head's results are unchanged, so the page still says 3 new ...
     on_base = TestCase.objects.filter(job__backend=npu, job__job_sha=BASE, test_id=generic_id("t_new"))
     assert on_base.update(status="failed") == 1
-    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
+    assert "3 new failures on npu, 2 flaky, 1 broken-baseline" in client.get("/oot/pr/7/").content.decode()
     # ... until a result of the head arrives (a job, or a report parsed again), which classifies again.
     history.pr_job(npu, pr, {"t_ok": "passed"}, name="test-4")
-    assert "3 new failures on npu, 2 already failing" in client.get("/oot/pr/7/").content.decode()
+    assert "2 new failures on npu, 2 flaky, 2 broken-baseline" in client.get("/oot/pr/7/").content.decode()
     # Without the cache every request classifies.
     settings.HUD_CACHE_SECONDS = 0
     assert on_base.update(status="passed") == 1
-    assert "4 new failures on npu, 1 already failing" in client.get("/oot/pr/7/").content.decode()
+    assert "3 new failures on npu, 2 flaky, 1 broken-baseline" in client.get("/oot/pr/7/").content.decode()
 
 
 def test_the_backend_page_links_its_failing_tests_view(client, npu):  # noqa: F811
@@ -55,7 +55,7 @@ def test_the_failing_tests_view_of_a_pr_head_lists_each_test_with_its_classes(cl
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert "4 new failures on npu, 1 already failing" in html and "1 only here · 2 flaky" in html
+    assert "3 new failures on npu, 2 flaky, 1 broken-baseline" in html and "1 only here · 2 flaky" in html
     assert html.count("<tr data-test=") == 6
     assert 'href="?view=failing-tests&amp;pr=7"' in html  # the recent PRs with a test failure
 
@@ -90,12 +90,13 @@ def test_an_unknown_pr_is_a_404_page_and_an_unknown_backend_the_404_page(client,
 def test_the_api_gives_the_classes_and_the_baseline(client, pr):
     data = client.get("/api/oot/acme/npu/failing-tests/?pr=7").json()
 
-    assert (data["sha"], data["pr_number"], data["total"], data["new"], data["already_failing"]) == (HEAD, 7, 6, 4, 1)
+    assert (data["sha"], data["pr_number"], data["total"], data["new"], data["already_failing"]) == (HEAD, 7, 6, 3, 1)
     assert data["baseline"]["sha"] == BASE and data["baseline"]["rule"] == "base"
     assert data["backend"]["repo"] == "acme/npu"
     tests = {t["test_id"]: t for t in data["tests"]}
     only = tests[generic_id("t_only")]
-    assert only["classes"] == ["new", "only here"] and only["elsewhere"] == "passes" and only["new"] is True
+    assert only["classes"] == ["passed on baseline", "only here"] and only["elsewhere"] == "passes"
+    assert only["verdict"] == "new" and only["new"] is True and data["verdict"] == "new"
     flaky = tests[generic_id("t_rerun")]
     assert flaky["flaky_why"] == ["passed on rerun", "passed and failed at one SHA"]
     assert tests[generic_id("t_old")]["flakiness"] == 0.0 and tests[generic_id("t_new")]["flakiness_pct"] == 100.0
@@ -104,12 +105,13 @@ def test_the_api_gives_the_classes_and_the_baseline(client, pr):
 def test_the_api_says_no_baseline(client, pr):
     data = client.get("/api/oot/intel/xpu/failing-tests/?pr=7").json()
     assert data["baseline"] is None and data["tests"][0]["classes"] == ["no baseline"]
+    assert data["tests"][0]["verdict"] == "new"  # no baseline can clear it
 
 
 def test_the_pr_api_carries_each_backends_failing_tests(client, pr):
     data = client.get("/api/oot/pr/7/").json()
 
-    assert data["failing_summary"].startswith("4 new failures on npu, 1 already failing")
+    assert data["failing_summary"].startswith("3 new failures on npu, 2 flaky, 1 broken-baseline")
     by_repo = {f["backend"]["repo"]: f for f in data["failing_tests"]}
     assert by_repo["acme/npu"]["baseline"]["sha"] == BASE and by_repo["intel/xpu"]["baseline"] is None
     assert data["head_sha"] == HEAD and data["groups"]  # the PR detail is still there
@@ -151,5 +153,5 @@ def test_more_backends_do_not_mean_more_queries_on_the_pr_page(client, pr, histo
         history.pr_job(more, pr, {"t_new": "failed"})
 
     assert count() == before
-    assert "1 new failure on mps, 0 already failing" not in client.get("/oot/pr/7/").content.decode()  # no device
-    assert "1 new failure on apple/mps, 0 already failing" in client.get("/oot/pr/7/").content.decode()
+    assert "1 new failure on mps" not in client.get("/oot/pr/7/").content.decode()  # no device
+    assert "1 new failure on apple/mps" in client.get("/oot/pr/7/").content.decode()

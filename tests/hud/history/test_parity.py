@@ -63,7 +63,7 @@ def test_the_hand_built_histories_read_the_same_from_both_stores(settings, make_
 
 def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tmp_path):
     """Re-sent and re-parsed copies of a case collapse (FINAL): counts match PostgreSQL's single row."""
-    from relay.reports import pull
+    from relay.reports import pull, reparse
 
     settings.TEST_REPORTS_URL = tmp_path.as_uri()
     url = f"chdb://{tmp_path / 'clickhouse'}"
@@ -71,7 +71,7 @@ def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tm
     report = report_with(job(npu, name="t"), {"test_x.TestX::test_once": "failed"})
     settings.CLICKHOUSE_URL = url
     tasks.clickhouse_replicate()
-    pull.reports_reparse(report_ids=[report.pk])
+    reparse.reports_reparse(report_ids=[report.pk])
     pull.report_parse(report_id=report.pk)
     tasks.clickhouse_replicate()
 

@@ -11,6 +11,7 @@ from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse import copy_cases
 from ootci.models import TestCase, TestReport
 from relay.reports import pull
+from relay.reports import reparse as reparse_module
 from tests.hud import builders
 from tests.relay.report_files import junit_xml
 
@@ -113,7 +114,7 @@ def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks
     tasks.clickhouse_replicate()  # the overlap reads the report again
 
     with django_capture_on_commit_callbacks(execute=True):
-        pull.reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
+        reparse_module.reports_reparse(report_ids=[report.pk])  # parsed again: a newer version of every case
     tasks.clickhouse_replicate()
 
     assert cursor().rows_copied >= 3 * 22  # every case sent at least three times
@@ -140,7 +141,7 @@ def reparse(report: TestReport, data: bytes, tmp_path, capture) -> TestReport:
     """Parse ``report`` again from ``data`` put in place of its stored bytes (as a parser change would read them)."""
     (tmp_path / "reports" / report.store_key).write_bytes(data)
     with capture(execute=True):
-        pull.reports_reparse(report_ids=[report.pk])
+        reparse_module.reports_reparse(report_ids=[report.pk])
     report.refresh_from_db()
     return report
 
@@ -188,7 +189,7 @@ def test_a_re_parse_still_pending_keeps_its_mark_and_the_cases_until_it_ends(
     report = parsed(junit_xml(passed=4, failed=1))
     tasks.clickhouse_replicate()
 
-    pull.reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
+    reparse_module.reports_reparse(report_ids=[report.pk])  # queued, its parse not run yet
     tasks.clickhouse_replicate()
 
     assert len(cases()) == 5

@@ -187,11 +187,13 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         # dispatches and the gate notices; relay health (dispatches, deliveries, rejections)
         ("/oot/", 9),
         ("/oot/?days=30&event=push", 9),
-        # the allowlist; the readiness statement, its lost dispatches; the gate notices
-        ("/oot/acme/npu/readiness/", 4),
+        # the allowlist; the readiness statement, its lost dispatches; the gate notices; what the verdicts did (the
+        # exonerations by verdict, the relay's re-runs)
+        ("/oot/acme/npu/readiness/", 6),
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
-        # the cells; the PR titles; the failed cells' failure lines (hud.failing.lines, one query however many)
-        ("/oot/acme/npu/", 9),
+        # the cells; the PR titles; the failed cells' failure lines (hud.failing.lines, one query however many); which
+        # re-run attempts the relay started (only when a cell is a re-run: here one is)
+        ("/oot/acme/npu/", 10),
         # + the first failing tests of its failing jobs, + their failure lines; + its head's jobs and their failing
         # cases (hud.failing.classes, which looks for baselines only when a test fails)
         ("/oot/pr/101/", 8),

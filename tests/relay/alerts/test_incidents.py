@@ -14,7 +14,9 @@ from django_q.models import Schedule
 
 from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel
 from relay.alerts import incidents, notify
+from tests.hud import builders
 from tests.hud.builders import ago, dispatch, job
+from tests.hud.failing_history import BASE, HEAD, History, pushed
 
 UPSTREAM = "pytorch/pytorch"
 COMMENTS = f"/repos/{UPSTREAM}/issues/\\d+/comments"
@@ -189,7 +191,8 @@ def test_100_concurrent_completions_make_one_comment(l4, fake_github):
     assert len(fake_github.requests_to("POST", COMMENTS)) == 1
     [comment] = fake_github.comments.values()
     assert Incident.objects.count() == 1
-    assert comment["body"].count("test failure") == 100  # the last edit shows every failing shard
+    assert comment["body"].count(" in ci / shard-") == 100  # the last edit shows every failing shard
+    assert "**NEW**" in comment["body"]  # the names its callbacks gave, with no baseline to clear them
 
 
 # --- baseline, hysteresis, cooldown, issue ----------------------------------------------------------------------
@@ -249,7 +252,7 @@ def test_the_webhook_gets_slack_text_on_opening_and_resolution(l4, receiver, run
     run_now(pr_job(l4, "ut", attempt=3))
 
     assert [g["incident"]["state"] for g in receiver.got] == ["firing", "resolved"]
-    assert receiver.got[0]["text"].startswith("[OOT CI] firing: ascend/npu: 1 job(s) failing tests on PR #7")
+    assert receiver.got[0]["text"].startswith("[OOT CI] firing: ascend/npu: 1 job(s) with new failures on PR #7")
 
 
 @pytest.mark.django_db
@@ -322,3 +325,24 @@ def test_a_callback_that_completes_a_failing_job_comments_on_the_pr(fake_github,
 
     [comment] = fake_github.comments.values()
     assert comment["issue"] == 4242 and "npu-ci / test-npu-float32" in comment["body"]
+
+
+@pytest.mark.django_db
+def test_the_pr_comment_groups_failures_by_verdict_and_follows_the_parsed_report(
+    l4, fake_github, run_now, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.TEST_REPORTS_URL = tmp_path.as_uri()
+    history = History(django_capture_on_commit_callbacks)
+    pr = builders.pull_request(7, HEAD)
+    pushed(pr, hours=2)
+    history.baseline(l4, {"t_old": "failed", "t_new": "passed"}, sha=BASE, hours=10)
+    job = pr_job(l4, "ut", "failure", tests=["callback::named"])
+    assert run_now(job) == "opened"  # its callback's names: new, nothing on the baseline clears them
+
+    history.report(job, {"t_old": "failed", "t_new": "failed"})  # parsed: the comment follows
+
+    [comment] = fake_github.comments.values()
+    body = comment["body"]
+    assert body.index("**NEW**") < body.index("`test_x.py::TestX::t_new`") < body.index("**BROKEN-BASELINE**")
+    assert body.index("**BROKEN-BASELINE**") < body.index("`test_x.py::TestX::t_old`")
+    assert "callback::named" not in body and comment["edits"] == 1

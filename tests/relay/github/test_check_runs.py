@@ -92,7 +92,7 @@ def test_an_l4_job_gets_one_check_run_from_in_progress_to_completed(fake_github,
     patch = update.json
     assert (patch["status"], patch["conclusion"]) == ("completed", "failure")
     assert patch["external_id"] == f"oot:{ci.backend.pk}:{RUN_ID}"
-    assert patch["output"]["title"] == "Failure"
+    assert patch["output"]["title"] == "Failure (new)"  # the verdict: its callback names failed tests, no baseline
     summary = patch["output"]["summary"]
     assert RUN_URL in summary and "| 8430 | 2 | 20 |" in summary
     assert "Queue time: 3" in summary and "Execution time: 2 min" in summary
@@ -194,7 +194,7 @@ def test_l3_label_after_the_run_creates_completed_check_runs_from_stored_results
     [create] = creates(fake_github)
     body = create.json
     assert (body["name"], body["status"], body["conclusion"]) == (NAME, "completed", "failure")
-    assert body["output"]["title"] == "Failure" and "| 8430 | 2 | 20 |" in body["output"]["summary"]
+    assert body["output"]["title"] == "Failure (unknown)" and "| 8430 | 2 | 20 |" in body["output"]["summary"]
     assert len(fake_github.dispatches()) == dispatched  # nothing is re-run downstream
     assert not fake_github.requests_to("POST", r"/repos/.+/rerun-failed-jobs")
 
