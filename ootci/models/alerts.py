@@ -121,10 +121,11 @@ class Notification(models.Model):
 
 
 class PrComment(models.Model):
-    """The one comment per upstream PR and backend, edited in place: the row each sender locks before it creates or
-    edits the comment, so that concurrent completions never post two."""
+    """One comment per upstream PR, edited in place, a section per backend (``backend`` empty; rows with a backend are
+    the one-comment-per-backend kind of earlier releases, kept as they were): the row each sender locks before it
+    creates or edits the comment, so that concurrent completions never post two."""
 
-    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE)
+    backend = models.ForeignKey("ootci.Backend", null=True, blank=True, on_delete=models.CASCADE)
     upstream_repo = models.CharField(max_length=140)
     pr_number = models.PositiveIntegerField()
     comment_id = models.BigIntegerField(null=True, blank=True)
@@ -132,7 +133,12 @@ class PrComment(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["backend", "upstream_repo", "pr_number"], name="one_pr_comment")]
+        constraints = [
+            models.UniqueConstraint(fields=["backend", "upstream_repo", "pr_number"], name="one_pr_comment"),
+            models.UniqueConstraint(
+                fields=["upstream_repo", "pr_number"], condition=Q(backend__isnull=True), name="one_comment_per_pr"
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.backend} on #{self.pr_number}"
+        return f"{self.backend or self.upstream_repo} on #{self.pr_number}"

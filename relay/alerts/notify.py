@@ -1,9 +1,10 @@
 """Notifications of incidents (``relay.alerts.incidents``) through the channels a backend opted into
 (``ootci.models.NotificationChannel``), sent by the task worker with retries, never in a callback's request.
 
-- ``pr_comment``: one comment per upstream PR and backend, created once and edited in place on every change of the
-  incident (a re-run attempt, a later success), marked resolved when the failing jobs are green. Senders lock the
-  ``PrComment`` row first, so concurrent completions never post two comments.
+- ``pr_comment``: one comment per upstream PR, Dr.CI's way, a section per backend that opted in: created once and
+  edited in place on every change of a backend's incident (a parsed report, a re-run attempt, a later success), each
+  section's failures grouped by verdict, resolved when its failing jobs are green. Senders lock the ``PrComment`` row
+  first, so concurrent completions never post two comments.
 - ``repo_issue``: an issue in the backend's repository for baseline breakage, opened with the incident and closed
   with it.
 - ``webhook``: a JSON POST with a Slack-compatible ``text`` field and the incident, on opening and resolution.
@@ -109,14 +110,34 @@ def incident_text(incident: Incident) -> str:
     return f"[OOT CI] {state}: {incident.what}{link}"
 
 
-def pr_comment_body(incident: Incident) -> str:
-    """The backend's section of the PR, Dr.CI's way: its jobs' failures grouped by verdict (``ootci.verdicts``), each
-    with its evidence and links, edited in place as results arrive."""
+def pr_comment_body(repo: str, number: int) -> str:
+    """The PR's one comment, Dr.CI's way: a section per backend whose on-call channel carries PR comments (its latest
+    incident on the PR), its jobs' failures grouped by verdict (``ootci.verdicts``) with evidence and links; the
+    backends with failures first."""
+    wanted = NotificationChannel.objects.filter(kind=Kind.PR_COMMENT, enabled=True).values("backend_id")
+    latest: dict[int, Incident] = {}
+    incidents = Incident.objects.filter(
+        rule__kind=AlertRule.Kind.PR_TEST, pr_number=number, backend_id__in=wanted, details__upstream_repo=repo
+    ).select_related("backend")
+    for incident in incidents.order_by("-opened_at", "-pk"):
+        latest.setdefault(incident.backend_id, incident)
+    shown = sorted(latest.values(), key=lambda i: (i.state == Incident.State.RESOLVED, i.backend.repo))
+    firing = sum(i.state == Incident.State.FIRING for i in shown)
+    lines = [f"<!-- oot-ci:{repo}#{number} -->", "## OOT CI: out-of-tree backends on this PR", ""]
+    lines.append(
+        f"❌ {firing} backend(s) with failures this PR likely caused."
+        if firing
+        else "✅ No backend fails because of it."
+    )
+    for incident in shown:
+        lines += ["", *_pr_section(incident)]
+    lines += ["", 'This comment is edited in place as the jobs change. Verdicts: README "Verdicts".']
+    return "\n".join(lines)
+
+
+def _pr_section(incident: Incident) -> list[str]:
     backend = incident.backend
-    lines = [
-        f"<!-- oot-ci:{backend.repo}:{incident.pr_number} -->",
-        f"### {backend.repo} ({backend.device or backend.level})",
-    ]
+    lines = [f"### {backend.repo} ({backend.device or backend.level})"]
     if incident.state == Incident.State.RESOLVED:
         lines.append("✅ **Resolved**: no failure of this PR is left on this backend.")
     else:
@@ -131,9 +152,8 @@ def pr_comment_body(incident: Incident) -> str:
         tests = job.get("tests") or []
         if not tests:
             named = ", ".join(f"`{t}`" for t in job.get("failed_tests", [])[:5])
-            groups.setdefault(job.get("verdict") or verdicts.UNKNOWN, []).append(
-                f"- {name}" + (f": {named}" if named else "")
-            )
+            line = f"- {name}" + (f": {named}" if named else "")
+            groups.setdefault(job.get("verdict") or verdicts.UNKNOWN, []).append(line)
         for t in tests:
             why = f" — {', '.join(t['evidence'])}" if t.get("evidence") else ""
             groups.setdefault(t["verdict"], []).append(f"- `{t['test_id']}` in {name}{why}")
@@ -144,8 +164,7 @@ def pr_comment_body(incident: Incident) -> str:
             lines += ["", f"**{verdict.upper()}** — {verdicts.MEANING[verdict]}", *shown]
             lines += [f"- … and {more} more"] if more else []
     oncalls = ", ".join(f"@{h}" for h in backend.oncalls)
-    lines += ["", f"On-call: {oncalls or 'none listed'}. This comment is edited in place as the jobs change."]
-    return "\n".join(lines)
+    return [*lines, "", f"On-call: {oncalls or 'none listed'}."]
 
 
 # --- the channels ---------------------------------------------------------------------------------------------------
@@ -155,12 +174,9 @@ def pr_comment_send(n: Notification) -> str:
     incident = n.incident
     repo = incident.details.get("upstream_repo") or settings.UPSTREAM_REPO
     with transaction.atomic():
-        row, _ = PrComment.objects.get_or_create(
-            backend=incident.backend, upstream_repo=repo, pr_number=incident.pr_number
-        )
-        row = PrComment.objects.select_for_update().get(pk=row.pk)  # one sender at a time per PR and backend
-        incident.refresh_from_db()  # the incident as it is now, after any sender before us
-        body = pr_comment_body(incident)
+        row, _ = PrComment.objects.get_or_create(backend=None, upstream_repo=repo, pr_number=incident.pr_number)
+        row = PrComment.objects.select_for_update().get(pk=row.pk)  # one sender at a time per PR
+        body = pr_comment_body(repo, incident.pr_number)  # every backend's incident as it is now
         if row.comment_id is None:
             row.comment_id = github.issue_comment_create(repo=repo, number=incident.pr_number, body=body)
         elif body != row.body:

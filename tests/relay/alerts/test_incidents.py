@@ -346,3 +346,20 @@ def test_the_pr_comment_groups_failures_by_verdict_and_follows_the_parsed_report
     assert body.index("**NEW**") < body.index("`test_x.py::TestX::t_new`") < body.index("**BROKEN-BASELINE**")
     assert body.index("**BROKEN-BASELINE**") < body.index("`test_x.py::TestX::t_old`")
     assert "callback::named" not in body and comment["edits"] == 1
+
+
+@pytest.mark.django_db
+def test_one_comment_per_pr_with_a_section_per_backend(l4, make_backend, fake_github, run_now):
+    xpu = make_backend("intel/xpu", "L4", device="xpu", oncalls=["bob"])
+    NotificationChannel.objects.create(backend=xpu, kind="pr_comment")
+
+    assert run_now(pr_job(l4, "ut", "failure", tests=["test_add"])) == "opened"
+    assert run_now(pr_job(xpu, "ut", "failure", tests=["test_mul"])) == "opened"
+    assert run_now(pr_job(xpu, "ut", attempt=2)) == "resolved"
+
+    [comment] = fake_github.comments.values()
+    body = comment["body"]
+    assert len(fake_github.requests_to("POST", COMMENTS)) == 1 and comment["edits"] == 2
+    assert body.index("### ascend/npu (npu)") < body.index("`test_add`") < body.index("### intel/xpu (xpu)")
+    assert "1 backend(s) with failures" in body and "@alice" in body and "@bob" in body
+    assert "✅ **Resolved**" in body[body.index("### intel/xpu") :]  # the green backend's section, after the red one
