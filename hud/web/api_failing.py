@@ -90,7 +90,10 @@ class PullRequestDetailSerializer(serializers.Serializer):
     groups = serializers.ListField(child=serializers.DictField(), help_text="Per backend: jobs on the head, earlier")
     summary = serializers.DictField(child=serializers.IntegerField())
     failing_tests = BackendFailingSerializer(many=True)
-    failing_summary = serializers.CharField(help_text='e.g. "2 new failures on npu, 14 already failing"')
+    failing_summary = serializers.CharField(help_text='e.g. "2 new failures on npu, 1 flaky, 14 broken-baseline"')
+    job_verdicts = serializers.DictField(
+        child=serializers.CharField(), help_text="Each failed job's verdict (ootci.verdicts), by job id, once known"
+    )
 
 
 def pr_param(request: Request) -> int | None:
@@ -120,6 +123,9 @@ class FailingTestsView(APIView):
         return Response(BackendFailingSerializer(found).data)
 
 
+FAILED = ("test", "infra")
+
+
 class PullRequestView(APIView):
     @extend_schema(
         operation_id="oot_pull_request",
@@ -131,8 +137,11 @@ class PullRequestView(APIView):
         if detail is None:
             raise NotFound(f"No pull request #{number} has been relayed")
         found = failing_queries.pr_failing_tests(number, detail) or []
+        failed = [job.id for group in detail.groups for job in group.jobs + group.earlier if job.outcome in FAILED]
+        lines = failing_queries.job_failures(failed)
         data = plain(detail) | {
             "failing_tests": BackendFailingSerializer(found, many=True).data,
             "failing_summary": classes.summary_line(found),
+            "job_verdicts": {str(job_id): line.verdict for job_id, line in lines.items() if line.verdict},
         }
         return Response(data)

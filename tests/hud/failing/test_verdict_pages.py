@@ -53,6 +53,7 @@ def test_the_job_json_and_page_carry_the_verdict_and_the_relays_re_run(client, f
     )
     html = client.get(f"/oot/acme/hpu/jobs/{first.pk}/").content.decode()
     assert 'data-verdict="infra"' in html and "check run neutral: every failure is infra" in html
+    assert client.get("/api/oot/pr/9/").json()["job_verdicts"] == {str(first.pk): "infra"}
     matrix = client.get("/oot/acme/hpu/?event=pull_request").content.decode()
     assert "<sup>2 auto</sup>" in matrix and "re-run automatically: infra" in matrix
 
