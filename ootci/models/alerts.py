@@ -122,7 +122,7 @@ class Notification(models.Model):
 
 class PrComment(models.Model):
     """One comment per upstream PR, edited in place, a section per backend (``backend`` empty; rows with a backend are
-    the one-comment-per-backend kind of earlier releases, kept as they were): the row each sender locks before it
+    the one-comment-per-backend kind of earlier releases, kept as they were): the row a sender claims before it
     creates or edits the comment, so that concurrent completions never post two."""
 
     backend = models.ForeignKey("ootci.Backend", null=True, blank=True, on_delete=models.CASCADE)
@@ -130,6 +130,8 @@ class PrComment(models.Model):
     pr_number = models.PositiveIntegerField()
     comment_id = models.BigIntegerField(null=True, blank=True)
     body = models.TextField(blank=True)
+    # Held by the sender talking to GitHub (relay.alerts.notify): a claim, never a lock across the call.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

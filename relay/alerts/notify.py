@@ -3,8 +3,9 @@
 
 - ``pr_comment``: one comment per upstream PR, Dr.CI's way, a section per backend that opted in: created once and
   edited in place on every change of a backend's incident (a parsed report, a re-run attempt, a later success), each
-  section's failures grouped by verdict, resolved when its failing jobs are green. Senders lock the ``PrComment`` row
-  first, so concurrent completions never post two comments.
+  section's failures grouped by verdict, resolved when its failing jobs are green. A sender claims the PR's
+  ``PrComment`` row and calls GitHub outside any transaction, and finds our comment by its marker before creating
+  one: concurrent completions, and a retry after a crash, never post two comments.
 - ``repo_issue``: an issue in the backend's repository for baseline breakage, opened with the incident and closed
   with it.
 - ``webhook``: a JSON POST with a Slack-compatible ``text`` field and the incident, on opening and resolution.
@@ -23,6 +24,7 @@ import requests
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
@@ -41,6 +43,7 @@ CARRIES = {
     Kind.WEBHOOK: (set(AlertRule.Kind), {"opened", "resolved"}),
     Kind.EMAIL: (set(AlertRule.Kind), {"opened", "resolved"}),
 }
+COMMENT_ROUNDS = 20  # renders of one send while the PR's incidents keep changing under it
 COMMENT_LINES = 100  # failures listed per verdict in a PR comment (GitHub's limit is 65,536 characters)
 SEND_ERRORS = (github.GitHubError, requests.RequestException, smtplib.SMTPException, OSError)
 
@@ -123,7 +126,7 @@ def pr_comment_body(repo: str, number: int) -> str:
         latest.setdefault(incident.backend_id, incident)
     shown = sorted(latest.values(), key=lambda i: (i.state == Incident.State.RESOLVED, i.backend.repo))
     firing = sum(i.state == Incident.State.FIRING for i in shown)
-    lines = [f"<!-- oot-ci:{repo}#{number} -->", "## OOT CI: out-of-tree backends on this PR", ""]
+    lines = [comment_marker(repo, number), "## OOT CI: out-of-tree backends on this PR", ""]
     lines.append(
         f"❌ {firing} backend(s) with failures this PR likely caused."
         if firing
@@ -171,19 +174,52 @@ def _pr_section(incident: Incident) -> list[str]:
 
 
 def pr_comment_send(n: Notification) -> str:
+    """Create or edit the PR's one comment. The sender claims the PR's ``PrComment`` row by a conditional UPDATE and
+    calls GitHub outside any transaction, recording after; before creating the comment it looks for ours by its
+    marker, so a send that died after GitHub's answer (or whose answer was lost) is edited, never posted twice. A
+    sender that finds the row claimed is retried later; the holder renders again until nothing changed meanwhile."""
     incident = n.incident
-    repo = incident.details.get("upstream_repo") or settings.UPSTREAM_REPO
-    with transaction.atomic():
-        row, _ = PrComment.objects.get_or_create(backend=None, upstream_repo=repo, pr_number=incident.pr_number)
-        row = PrComment.objects.select_for_update().get(pk=row.pk)  # one sender at a time per PR
-        body = pr_comment_body(repo, incident.pr_number)  # every backend's incident as it is now
-        if row.comment_id is None:
-            row.comment_id = github.issue_comment_create(repo=repo, number=incident.pr_number, body=body)
-        elif body != row.body:
-            github.issue_comment_update(repo=repo, comment_id=row.comment_id, body=body)
-        row.body = body
-        row.save(update_fields=["comment_id", "body", "updated_at"])
-    return f"{repo}#{incident.pr_number}"
+    repo, number = incident.details.get("upstream_repo") or settings.UPSTREAM_REPO, incident.pr_number
+    row, _ = PrComment.objects.get_or_create(backend=None, upstream_repo=repo, pr_number=number)
+    claim = _comment_claim(row.pk)
+    if claim is None:
+        raise github.GitHubError(f"another sender is writing the comment on {repo}#{number}", retryable=True)
+    try:
+        for _ in range(COMMENT_ROUNDS):
+            row.refresh_from_db()
+            body = pr_comment_body(repo, number)
+            if row.comment_id is None:
+                found = github.issue_comment_find(repo=repo, number=number, marker=comment_marker(repo, number))
+                if found is None:
+                    comment_id = github.issue_comment_create(repo=repo, number=number, body=body)
+                else:
+                    comment_id = found[0]
+                    if found[1] != body:
+                        github.issue_comment_update(repo=repo, comment_id=comment_id, body=body)
+                PrComment.objects.filter(pk=row.pk).update(comment_id=comment_id, body=body)
+            elif body != row.body:
+                github.issue_comment_update(repo=repo, comment_id=row.comment_id, body=body)
+                PrComment.objects.filter(pk=row.pk).update(body=body)
+            if pr_comment_body(repo, number) == body:
+                break  # no incident of the PR changed while GitHub was called
+            renewed = timezone.now()
+            if PrComment.objects.filter(pk=row.pk, claimed_at=claim).update(claimed_at=renewed):
+                claim = renewed
+    finally:
+        PrComment.objects.filter(pk=row.pk, claimed_at=claim).update(claimed_at=None)
+    return f"{repo}#{number}"
+
+
+def _comment_claim(pk: int):
+    """Claim the PR's comment row: the claim's time, or None while another sender's claim is fresh (younger than
+    four GitHub timeouts: a sender that died lets go by then)."""
+    now = timezone.now()
+    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - timedelta(seconds=4 * settings.GITHUB_TIMEOUT_SECONDS))
+    return now if PrComment.objects.filter(free, pk=pk).update(claimed_at=now) else None
+
+
+def comment_marker(repo: str, number: int) -> str:
+    return f"<!-- oot-ci:{repo}#{number} -->"
 
 
 def repo_issue_send(n: Notification) -> str:

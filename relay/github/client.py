@@ -149,6 +149,25 @@ def issue_comment_create(*, repo: str, number: int, body: str) -> int:
     return int(_send(repo, "POST", f"/repos/{repo}/issues/{number}/comments", {"body": body})["id"])
 
 
+def issue_comment_find(*, repo: str, number: int, marker: str) -> tuple[int, str] | None:
+    """The first comment on issue/PR ``number`` whose body holds ``marker`` (id, body), or None: GET
+    /repos/{repo}/issues/{number}/comments, pages of 100. A retry after a crash edits the comment it finds."""
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/issues/{number}/comments"
+    page = 1
+    while True:
+        query = {"per_page": 100, "page": page}
+        batch = calling(
+            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+        )
+        for comment in batch or []:
+            if marker in (comment.get("body") or ""):
+                return int(comment["id"]), comment["body"]
+        if len(batch or []) < 100:
+            return None
+        page += 1
+
+
 def issue_comment_update(*, repo: str, comment_id: int, body: str) -> None:
     """PATCH /repos/{repo}/issues/comments/{comment_id}: the comment edited in place."""
     _send(repo, "PATCH", f"/repos/{repo}/issues/comments/{comment_id}", {"body": body})

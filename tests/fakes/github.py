@@ -129,7 +129,10 @@ class FakeGitHub:
         # Issues and issue (PR) comments: ``issues`` keyed by (repo, number), ``comments`` by id.
         self.issues: dict[tuple[str, int], dict[str, Any]] = {}
         self.comments: dict[int, dict[str, Any]] = {}
+        # Comments created but answered 502, as if GitHub wrote and the answer was lost (or the caller died after).
+        self.comment_answers_lost = 0
         self.route("POST", REPO + r"/issues/(?P<number>\d+)/comments")(_comment_create)
+        self.route("GET", REPO + r"/issues/(?P<number>\d+)/comments")(_comments_list)
         self.route("PATCH", REPO + r"/issues/comments/(?P<id>\d+)")(_comment_update)
         self.route("POST", REPO + r"/issues")(_issue_create)
         self.route("PATCH", REPO + r"/issues/(?P<number>\d+)")(_issue_update)
@@ -560,7 +563,24 @@ def _comment_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
         cid = 9000 + len(fake.comments) + 1
         fake.comments[cid] = {"id": cid, "repo": repo, "issue": int(m["number"]), "body": body["body"], "edits": 0}
         comment = dict(fake.comments[cid])
+        if fake.comment_answers_lost > 0:
+            fake.comment_answers_lost -= 1
+            return Reply(502, {"message": "Server Error"})
     return Reply(201, comment | {"url": f"{fake.url}/repos/{repo}/issues/comments/{cid}"})
+
+
+def _comments_list(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    """The issue's comments, oldest first, a page of ``per_page`` (default 30) at a time."""
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    repo, number = f"{m['owner']}/{m['repo']}".lower(), int(m["number"])
+    query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+    per_page, page = int(query.get("per_page", 30)), int(query.get("page", 1))
+    with fake._lock:
+        found = [dict(c) for c in sorted(fake.comments.values(), key=lambda c: c["id"])]
+    found = [c for c in found if c["repo"] == repo and c["issue"] == number]
+    shown = found[(page - 1) * per_page : page * per_page]
+    return Reply(200, [c | {"url": f"{fake.url}/repos/{repo}/issues/comments/{c['id']}"} for c in shown])
 
 
 def _comment_update(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:

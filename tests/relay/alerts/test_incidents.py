@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
 
-from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel
+from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel, PrComment
 from relay.alerts import incidents, notify
 from tests.hud import builders
 from tests.hud.builders import ago, dispatch, job
@@ -363,3 +363,22 @@ def test_one_comment_per_pr_with_a_section_per_backend(l4, make_backend, fake_gi
     assert body.index("### ascend/npu (npu)") < body.index("`test_add`") < body.index("### intel/xpu (xpu)")
     assert "1 backend(s) with failures" in body and "@alice" in body and "@bob" in body
     assert "✅ **Resolved**" in body[body.index("### intel/xpu") :]  # the green backend's section, after the red one
+
+
+@pytest.mark.django_db
+def test_a_comment_github_wrote_but_we_never_recorded_is_edited_not_posted_again(l4, fake_github, run_now):
+    # GitHub creates the comment and its answer is lost (a 502, or the worker died before the database write): the
+    # retry finds ours by its marker and edits it.
+    fake_github.comment_answers_lost = 1
+
+    assert run_now(pr_job(l4, "ut", "failure", tests=["test_add"])) == "opened"
+    notification = Notification.objects.get()
+    assert notification.status == "pending" and notification.attempts == 1
+    assert PrComment.objects.get(backend=None).comment_id is None  # what the database knows: nothing was posted
+
+    assert notify.notification_send(notification_id=notification.pk, attempt=2) == "sent"
+
+    assert len(fake_github.requests_to("POST", COMMENTS)) == 1 and len(fake_github.comments) == 1
+    [comment] = fake_github.comments.values()
+    assert PrComment.objects.get(backend=None).comment_id == comment["id"]
+    assert PrComment.objects.get(backend=None).claimed_at is None
