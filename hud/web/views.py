@@ -36,6 +36,9 @@ BADGE_SECONDS = 60
 def analytics_fallback(request: HttpRequest) -> dict:
     """Context processor: why this page's figures come from the database rather than ClickHouse, if they do."""
     reason = fallback.fallback_reason()
+    if reason and not (request.user.is_authenticated and request.user.is_staff):
+        # The driver's error names hosts and SQL: staff see it here, everyone in the logs (hud.stores.fallback).
+        reason = "The analytics store did not answer; the details are in the server's log."
     return {"analytics_fallback": {"reason": reason, "database": connection.display_name} if reason else None}
 
 

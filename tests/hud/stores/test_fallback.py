@@ -43,7 +43,18 @@ def test_pages_show_database_figures_and_say_so_when_clickhouse_is_unreachable(c
     overview = client.get("/oot/").content.decode()
     assert "33.3" in overview  # the hand-counted pass rate, from PostgreSQL
     assert "secret" not in overview
+    # Anonymous visitors get a generic line; the driver's error (hosts, ports, SQL) is for staff and the logs.
+    assert "the details are in the server&#x27;s log" in overview and "127.0.0.1" not in overview
     assert client.get("/api/oot/").json()["sections"]["L2"][0]["stats"]["counts"]["pass_rate"] == 33.3
+
+
+def test_staff_see_why_clickhouse_failed(admin_client, settings, unreachable):
+    scenario.build()
+    settings.CLICKHOUSE_URL = unreachable
+
+    page = admin_client.get("/oot/").content.decode()
+
+    assert BANNER in page and "127.0.0.1" in page and "the details are in the server" not in page
 
 
 def test_a_chdb_directory_that_cannot_be_opened_falls_back_too(client, settings, tmp_path):
