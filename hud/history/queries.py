@@ -33,9 +33,9 @@ def page(*, generic_id: str, days: int, now: datetime | None = None) -> assembly
     )
 
 
-def job_tests(*, job_id: int) -> results.JobTests:
-    """A job attempt's test reports and every failing case (hud.history.results)."""
-    return results.job_tests(job_id)
+def job_tests(*, job_id: int, after: int = 0) -> results.JobTests:
+    """A job attempt's reports and a page of its failing cases, those after case ``after`` (hud.history.results)."""
+    return results.job_tests(job_id, after=after)
 
 
 def first_failing_tests(job_ids: list[int], *, per_job: int) -> dict[int, list[results.CaseInfo]]:

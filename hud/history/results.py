@@ -63,11 +63,17 @@ def first_line(message: str) -> str:
     return message.split("\n", 1)[0][:FOLD_CHARS]
 
 
+CASES_PAGE = 200  # failing cases a job page or its JSON shows at a time (a broken device can fail 200,000)
+
+
 @dataclass(frozen=True)
 class JobTests:
     reports: list[ReportInfo]
-    failing: list[CaseInfo]  # failed, error, xpass: every one
-    flaky: list[CaseInfo] = field(default_factory=list)  # passed after reruns
+    failing: list[CaseInfo]  # failed, error, xpass: a page of CASES_PAGE, in report order
+    flaky: list[CaseInfo] = field(default_factory=list)  # passed after reruns: the first CASES_PAGE
+    failing_total: int = 0
+    flaky_total: int = 0
+    next_after: int | None = None  # the cursor of the next page of failing cases (None: this is the last)
 
     @property
     def parsed(self) -> bool:
@@ -78,16 +84,25 @@ CASE_FIELDS = ["test_id", "file", "classname", "name", "status", "duration", "re
 REPORT_FIELDS = [f.name for f in ReportInfo.__dataclass_fields__.values()]
 
 
-def job_tests(job_id: int) -> JobTests:
+def job_tests(job_id: int, *, after: int = 0) -> JobTests:
+    """The job's reports, a page of its failing cases (those after the case id ``after``, in report order) with the
+    count of all, and its first flaky cases with theirs."""
     reports = [
         ReportInfo(**row) for row in TestReport.objects.filter(job_id=job_id).order_by("id").values(*REPORT_FIELDS)
     ]
     if not reports:
         return JobTests([], [])
     cases = TestCase.objects.filter(job_id=job_id).order_by("id")
-    failing = [CaseInfo(**row) for row in cases.filter(status__in=TestCase.FAILING).values(*CASE_FIELDS)]
-    flaky = [CaseInfo(**row) for row in cases.filter(status=TestCase.Status.PASSED, reruns__gt=0).values(*CASE_FIELDS)]
-    return JobTests(reports, failing, flaky)
+    failing_all = cases.filter(status__in=TestCase.FAILING)
+    rows = list(failing_all.filter(id__gt=after).values("id", *CASE_FIELDS)[: CASES_PAGE + 1])
+    more = len(rows) > CASES_PAGE
+    rows = rows[:CASES_PAGE]
+    failing = [CaseInfo(**{k: v for k, v in row.items() if k != "id"}) for row in rows]
+    flaky_all = cases.filter(status=TestCase.Status.PASSED, reruns__gt=0)
+    flaky = [CaseInfo(**row) for row in flaky_all.values(*CASE_FIELDS)[:CASES_PAGE]]
+    total = failing_all.count() if more or after else len(failing)
+    flaky_total = flaky_all.count() if len(flaky) == CASES_PAGE else len(flaky)
+    return JobTests(reports, failing, flaky, total, flaky_total, rows[-1]["id"] if more else None)
 
 
 def first_failing(job_ids: list[int], *, per_job: int) -> dict[int, list[CaseInfo]]:

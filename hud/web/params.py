@@ -34,5 +34,11 @@ def page(request: HttpRequest) -> int:
     return value if value is not None and 1 <= value <= MAX_PAGE else 1
 
 
+def after(request: HttpRequest) -> int | None:
+    """?after=, a page cursor (a case id): 0 when absent, None when it is not a number (the caller answers 400)."""
+    value = request.GET.get("after", "")
+    return 0 if value == "" else number(value)
+
+
 def flag(request: HttpRequest, name: str) -> bool:
     return request.GET.get(name, "").lower() in ("1", "true", "on", "yes")

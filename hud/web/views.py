@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -162,7 +162,10 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
     if detail is None:
         raise Http404(f"{info.repo} has no job {job_id}")
     context = {"backend": info, "detail": detail, "job": detail.job, "current": detail.job.id}
-    context["tests"] = history_queries.job_tests(job_id=detail.job.id)
+    after = params.after(request)
+    if after is None:
+        return HttpResponseBadRequest("?after= is a page cursor: the link to the next page of failing tests gives it.")
+    context["tests"] = history_queries.job_tests(job_id=detail.job.id, after=after)
     context["failure"] = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
     return render_page(request, "job", context)
 

@@ -93,3 +93,26 @@ def test_the_api_gives_the_reports_and_failing_tests(client, npu, django_capture
     assert client.get("/api/oot/acme/npu/jobs/999999/tests/").status_code == 404
     schema = client.get("/api/schema/").content.decode()
     assert "oot_job_tests" in schema and "github_test_report" in schema
+
+
+def test_a_job_failing_hundreds_of_tests_is_paged_with_a_count_and_a_cursor(
+    client, npu, django_capture_on_commit_callbacks
+):
+    job = builders.job(npu, name="test-1", conclusion="failure")
+    report_of(job, junit_xml(passed=5, failed=450), django_capture_on_commit_callbacks)
+    url = f"/api/oot/acme/npu/jobs/{job.id}/tests/"
+
+    pages, after = [], 0
+    while after is not None:
+        data = client.get(url, {"after": after}).json()
+        assert data["failing_total"] == 450
+        pages.append([c["test_id"] for c in data["failing"]])
+        after = data["next_after"]
+
+    assert [len(p) for p in pages] == [200, 200, 50]
+    assert len({t for p in pages for t in p}) == 450  # every failing test once, in report order
+    html = client.get(f"/oot/acme/npu/jobs/{job.id}/").content.decode()
+    assert "Failed and errored tests (450)" in html and "200 shown" in html and "data-next-page" in html
+    bad = client.get(url, {"after": "soon"})
+    assert bad.status_code == 400 and "page cursor" in bad.json()["detail"]
+    assert client.get(f"/oot/acme/npu/jobs/{job.id}/", {"after": "-1"}).status_code == 400
