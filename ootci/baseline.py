@@ -286,17 +286,15 @@ def verdict_deadline(job: JobResult) -> datetime:
 
 
 def verdict_ready(job: JobResult, *, now: datetime | None = None) -> bool:
-    """Whether what decides a failed job's verdict is in: its failing tests (named by its callback or a parsed
-    report), or its log's classification (a class other than test needs no per-test data; a test failure waits for
-    its report)."""
+    """Whether what decides a failed job's verdict is in: its report (parsed, or refused), or — for a failed job
+    without failed tests — its log's classification (a class other than test needs no per-test data). Else it is
+    awaited until VERDICT_WAIT_SECONDS after the completion, then decided as known (a callback's failed-test names)."""
     if job.outcome not in FAILED or job.relay_decided:
         return True
-    if job.failed_tests or TestCase.objects.filter(job=job, status__in=TestCase.FAILING).exists():
-        return True  # its failing tests are named: by its callback, or by a parsed report
-    failure = JobFailure.objects.filter(job=job).values_list("failure_class", flat=True).first()
-    if failure and failure != "test":
+    if TestReport.objects.filter(job=job).exclude(state=TestReport.State.PENDING).exists():
         return True
-    if failure and TestReport.objects.filter(job=job).exclude(state=TestReport.State.PENDING).exists():
+    failure = JobFailure.objects.filter(job=job).values_list("failure_class", flat=True).first()
+    if not job.failed_tests and failure and failure != "test":
         return True
     return (now or timezone.now()) >= verdict_deadline(job)
 

@@ -7,7 +7,8 @@
    and the pages read) from reports parsed by the relay's own parser. Goal: >= 95 % right per class, and no job
    with a planted new failure exonerated.
 2. The relay's own re-runs and the check run's update. 20 L4 PR jobs fail over real HTTP: 14 of infra (a disk that
-   filled: transient, the re-run succeeds 4 times in 5), 6 with failed tests. Goal: every infra failure re-run with
+   filled: transient, the re-run succeeds 4 times in 5), 6 with failed tests (their report uploaded before the
+   completed callback, as non-GitHub CI does). Goal: every infra failure re-run with
    no human, none of the test failures; >= 50 % of the infra failures green after the re-run; the check run
    concluded p95 <= 5 s after the completed callback.
 
@@ -20,11 +21,13 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
+import requests
 
 from ootci import baseline
 from ootci.models import JobFailure, JobResult
 from tests.hud import builders
 from tests.hud.failing_history import History, generic_id, pushed
+from tests.relay.report_files import junit_xml
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,6 +123,7 @@ DISK_FULL = (
 
 
 def test_infra_failures_are_re_run_by_the_relay_and_check_runs_conclude_fast(
+    tmp_path,
     downstream,
     failing_run,
     fake_github,
@@ -128,6 +132,7 @@ def test_infra_failures_are_re_run_by_the_relay_and_check_runs_conclude_fast(
     settings.UPSTREAM_REPO = "pytorch/pytorch"
     settings.VERDICT_WAIT_SECONDS = 120
     settings.AUTO_RETRY_OUTAGE_JOBS = 100  # one failure per event here: no outage
+    settings.TEST_REPORTS_URL = tmp_path.as_uri()
     ci = downstream("L4", device="npu")
     rng = random.Random(30)
     kinds = ["infra"] * 14 + ["test"] * 6
@@ -148,8 +153,21 @@ def test_infra_failures_are_re_run_by_the_relay_and_check_runs_conclude_fast(
         )
         dispatch = ci.dispatch()
         fields = {"url": url, "run_id": str(run_id), "job_name": "test-npu", "run_attempt": 1}
-        if kind == "test":
+        if kind == "test":  # in_progress, then its report (parsed at once), then completed: non-GitHub CI's order
             fields["test_results"] = {"passed": 10, "failed": 1, "failed_tests": [f"test_x.py::TestX::t{n}"]}
+            assert ci.post(ci.body("pull_request.in_progress", dispatch, **fields)).status_code == 200
+            job = JobResult.objects.get(run_id=str(run_id))
+            query = {"delivery_id": job.delivery_id, "workflow": job.workflow_name, "job": job.job_name}
+            query |= {"run_id": job.run_id, "run_attempt": 1}
+            token = {"Authorization": f"Bearer {ci.issuer.token(repository=ci.repo)}"}
+            uploaded = requests.post(
+                ci.url.replace("/github/callback", "/github/test-report"),
+                params=query,
+                data=junit_xml(passed=10, failed=1),
+                headers=token | {"Content-Type": "application/xml"},
+                timeout=30,
+            )
+            assert uploaded.status_code == 202, uploaded.text
         before = len(fake_github.requests_to("PATCH", r"/repos/pytorch/pytorch/check-runs/\d+"))
         started = time.perf_counter()
         assert ci.post(ci.body("pull_request.completed.failure", dispatch, **fields)).status_code == 200
