@@ -17,6 +17,10 @@ def test_check_deploy_on_production_settings_reports_nothing():
         DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
         DJANGO_ALLOWED_HOSTS="oot-ci.example.org",
         DATABASE_URL=os.environ["DATABASE_URL"],  # PostgreSQL, as tests/settings.py defaults it
+        # Stores that survive a host (relay/checks.py): an object store for reports and the journal.
+        TEST_REPORTS_URL="s3://ootci-reports/reports",
+        ARCHIVE_URL="s3://ootci-archive/webhooks",
+        REDIS_URL="",
     )
     assert env["DATABASE_URL"].startswith("postgres")
 
