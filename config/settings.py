@@ -222,6 +222,8 @@ DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS = env.float("DISPATCH_RATE_LIMIT_MAX_WAIT_S
 DISPATCH_STALE_SECONDS = env.int("DISPATCH_STALE_SECONDS", default=120)
 
 CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
+# An echoed callback_token older than this is refused (403): GitHub keeps a run re-runnable for 30 days.
+CALLBACK_TOKEN_MAX_AGE_DAYS = env.float("CALLBACK_TOKEN_MAX_AGE_DAYS", default=30)
 ZOMBIE_TIMEOUT_HOURS = env.float("ZOMBIE_TIMEOUT_HOURS", default=6)
 # A dispatch GitHub keeps refusing with a 5xx, a timeout or a rate limit after its round of DISPATCH_MAX_ATTEMPTS is
 # left pending and tried again by the stale-dispatch schedule, one try at a time with capped exponential backoff

@@ -20,7 +20,7 @@ from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
 from relay.endpoints import ratelimit
-from relay.endpoints.tokens import callback_token_matches
+from relay.endpoints.tokens import callback_token_problem
 from relay.github import check_runs
 from relay.reports import logs
 
@@ -182,8 +182,10 @@ def _callback_dispatch(*, backend: Backend, delivery_id: str, callback_token: st
         )
     # The token is optional (reporters written for the reference relay do not echo one), but one that is
     # echoed must be ours and bound to this delivery and repo: a copied token proves nothing.
-    if callback_token and not callback_token_matches(callback_token, delivery_id=delivery_id, repo=backend.repo):
-        raise CallbackRefused(403, f"The callback_token was not issued for delivery {delivery_id!r} to {backend.repo}.")
+    if callback_token and (
+        problem := callback_token_problem(callback_token, delivery_id=delivery_id, repo=backend.repo)
+    ):
+        raise CallbackRefused(403, problem)
     dispatch.backend = backend
     return dispatch
 

@@ -246,6 +246,25 @@ def test_it_refuses_a_callback_token_issued_to_another_repo(downstream):
     assert list(JobResult.objects.values_list("backend__repo", flat=True)) == [other.repo]
 
 
+def test_a_callback_token_past_its_maximum_age_is_refused(downstream, settings):
+    ci = downstream()
+    dispatch = ci.dispatch()
+    token = callback_token_issue(delivery_id=dispatch.delivery.delivery_id, repo=ci.repo)
+    settings.CALLBACK_TOKEN_MAX_AGE_DAYS = 30
+    fresh = ci.post(
+        reporter_body("pull_request.in_progress", delivery_id=dispatch.delivery.delivery_id, callback_token=token)
+    )
+    assert fresh.status_code == 200, fresh.text
+
+    settings.CALLBACK_TOKEN_MAX_AGE_DAYS = -1  # as if issued 31 days ago: a standing key no more
+    stale = ci.post(
+        reporter_body("pull_request.completed.failure", delivery_id=dispatch.delivery.delivery_id, callback_token=token)
+    )
+
+    assert stale.status_code == 403 and "expired" in stale.json()["detail"]
+    assert JobResult.objects.get().status == "in_progress"
+
+
 def test_a_callback_without_a_token_is_accepted_on_its_dispatch_alone(downstream):
     ci = downstream()
     dispatch = ci.dispatch()
