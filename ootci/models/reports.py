@@ -49,6 +49,8 @@ class TestReport(models.Model):
     duration = models.FloatField(default=0, help_text="Sum of the cases' times, seconds")
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     parsed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Held by the task parsing it while it reads the stored bytes (relay.reports.pull): a claim, never a lock.
+    parse_claimed_at = models.DateTimeField(null=True, blank=True)
     replaced = models.BooleanField(
         default=False,
         help_text="Parsed once and queued to be parsed again: copies of the earlier parse's cases (ClickHouse's) must "

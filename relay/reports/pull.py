@@ -38,6 +38,7 @@ PREFIX = "reports"
 SPOOL_IN_MEMORY = 8 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
 RUN_ID = re.compile(r"^[0-9]{1,20}$")
+PARSE_CLAIM = timedelta(minutes=10)  # a parse that died lets its claim go after this
 BATCH = 2000
 PULL_ATTEMPTS = 4
 PULL_RETRY_SECONDS = 60
@@ -250,22 +251,30 @@ def _artifact_received(*, repo: str, artifact_id: int) -> Received | None:
 
 
 def report_parse(*, report_id: int) -> str:
-    """Parse a pending report from the intermediate store; all its rows or none. Safe to run twice."""
+    """Parse a pending report from the intermediate store; all its rows or none. Safe to run twice, and never
+    holding a transaction or a row lock while it reads the store and parses (up to 50 MB): the task claims the report
+    by a conditional UPDATE, reads and parses, then writes its rows in one short transaction if it still holds it."""
+    claim = _parse_claim(report_id)
+    report = TestReport.objects.select_related("job__backend").filter(pk=report_id).first()
+    if report is None or claim is None:
+        return (
+            report.state if report and report.state != TestReport.State.PENDING else "missing" if not report else "busy"
+        )
+    job = report.job
+    try:
+        parsed = junit.stored_report_parse(report)
+        others = TestReport.objects.filter(job=job, state=TestReport.State.PARSED).exclude(pk=report.pk)
+        if parsed.cases + (others.aggregate(n=Sum("cases"))["n"] or 0) > junit.MAX_CASES:
+            raise junit.ReportRefused(f"The job attempt's reports hold more than {junit.MAX_CASES} test cases.")
+    except junit.ReportRefused as e:
+        return _report_ended_if_held(report, claim, TestReport.State.REFUSED, e.reason)
+    except Exception as e:  # the stored bytes cannot be read (store down, key gone): recorded, re-parse later
+        logger.exception("reading test report %s failed", report.pk)
+        reason = f"The stored report could not be read: {e}"[:2000]
+        return _report_ended_if_held(report, claim, TestReport.State.FAILED, reason)
     with transaction.atomic():
-        report = TestReport.objects.select_for_update().select_related("job__backend").filter(pk=report_id).first()
-        if report is None or report.state != TestReport.State.PENDING:
-            return report.state if report else "missing"
-        job = report.job
-        try:
-            parsed = junit.stored_report_parse(report)
-            others = TestReport.objects.filter(job=job, state=TestReport.State.PARSED).exclude(pk=report.pk)
-            if parsed.cases + (others.aggregate(n=Sum("cases"))["n"] or 0) > junit.MAX_CASES:
-                raise junit.ReportRefused(f"The job attempt's reports hold more than {junit.MAX_CASES} test cases.")
-        except junit.ReportRefused as e:
-            return _report_ended(report, TestReport.State.REFUSED, e.reason)
-        except Exception as e:  # the stored bytes cannot be read (store down, key gone): recorded, re-parse later
-            logger.exception("reading test report %s failed", report.pk)
-            return _report_ended(report, TestReport.State.FAILED, f"The stored report could not be read: {e}"[:2000])
+        if not _still_held(report.pk, claim):
+            return "superseded"  # marked for a re-parse meanwhile: that parse writes the rows
         TestCase.objects.filter(report=report).delete()
         TestCase.objects.bulk_create(
             (TestCase(report=report, job=job, **vars(case)) for case in parsed.kept), batch_size=BATCH
@@ -280,11 +289,35 @@ def report_parse(*, report_id: int) -> str:
     return TestReport.State.PARSED
 
 
+def _parse_claim(report_id: int):
+    """Claim a pending report for parsing: the claim's time, or None when it is not pending or another parse holds a
+    fresh claim (one that died lets go after PARSE_CLAIM)."""
+    now = timezone.now()
+    free = Q(parse_claimed_at__isnull=True) | Q(parse_claimed_at__lt=now - PARSE_CLAIM)
+    rows = TestReport.objects.filter(free, pk=report_id, state=TestReport.State.PENDING)
+    return now if rows.update(parse_claimed_at=now) else None
+
+
+def _still_held(report_id: int, claim) -> bool:
+    held = TestReport.objects.select_for_update().filter(
+        pk=report_id, state=TestReport.State.PENDING, parse_claimed_at=claim
+    )
+    return held.exists()
+
+
+def _report_ended_if_held(report: TestReport, claim, state: str, reason: str) -> str:
+    with transaction.atomic():
+        if not _still_held(report.pk, claim):
+            return "superseded"
+        return _report_ended(report, state, reason)
+
+
 def _report_ended(report: TestReport, state: str, reason: str) -> str:
     if state != TestReport.State.PARSED:
         TestCase.objects.filter(report=report).delete()
         logger.warning("test report %s %s: %s", report.pk, state, reason)
     report.state, report.reason, report.parsed_at = state, reason, timezone.now()
+    report.parse_claimed_at = None
     report.save()
     return state
 

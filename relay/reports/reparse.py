@@ -17,7 +17,7 @@ def reports_reparse(*, report_ids: list[int] | None = None, states: tuple[str, .
     ids = list(rows.values_list("pk", flat=True))
     # A parsed report's cases may have been copied (ClickHouse): the copy drops the earlier parse's once this one ends.
     TestReport.objects.filter(pk__in=ids, state=TestReport.State.PARSED).update(replaced=True)
-    TestReport.objects.filter(pk__in=ids).update(state=TestReport.State.PENDING, reason="")
+    TestReport.objects.filter(pk__in=ids).update(state=TestReport.State.PENDING, reason="", parse_claimed_at=None)
     for pk in ids:
         transaction.on_commit(lambda pk=pk: async_task("relay.tasks.report_parse", pk), robust=True)
     return len(ids)

@@ -2,15 +2,21 @@
 GitHub Actions artifact (the fake GitHub: listing, 302, zip), stored raw (folder or moto S3), parsed by the task."""
 
 import gzip
+import io
+import os
+import threading
+import time
 import uuid
 
 import pytest
 import requests
 from django.core.management import call_command
+from django.db import connection, transaction
 
 from ootci.models import JobResult, TestCase, TestReport
 from relay.reliability import archive
 from relay.reports import pull
+from tests.hud import builders
 from tests.ootci.reports.test_junit import BILLION_LAUGHS
 from tests.relay.reliability.test_archive import s3  # noqa: F401 - the moto S3 server fixture
 from tests.relay.report_files import junit_xml, zipped
@@ -244,3 +250,39 @@ def test_a_report_uploaded_before_the_completed_callback_keeps_its_counts(downst
 
     assert (job.status, job.passed, job.failed, job.skipped) == ("completed", 40, 3, 0)
     assert job.failed_tests[0] == "test_ops.py::TestCommon{DEVICE}::test_mul_{device}_int0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_parse_holds_no_lock_or_transaction_while_it_reads_the_store(make_backend, store):
+    # The stored report is a FIFO: the parse blocks reading it until this test writes. Meanwhile the report's row
+    # must be free (a callback, a re-parse or the admin would otherwise wait behind a 50 MB read).
+    job = builders.job(make_backend("acme/npu"), name="test-1", conclusion="failure")
+    report, _ = pull.report_store(job=job, received=pull.spooled(io.BytesIO(b"<x/>"), limit=10**6), source="upload")
+    path = store / report.store_key
+    path.unlink()
+    os.mkfifo(path)
+    TestReport.objects.filter(pk=report.pk).update(state="pending", reason="")  # its first parse ran on commit
+    outcome = []
+
+    def parse():
+        try:
+            outcome.append(pull.report_parse(report_id=report.pk))
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=parse)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not TestReport.objects.filter(pk=report.pk, parse_claimed_at__isnull=False).exists():
+        assert time.monotonic() < deadline, "the parse never claimed the report"
+        time.sleep(0.05)
+    with transaction.atomic():
+        TestReport.objects.select_for_update(nowait=True).get(pk=report.pk)  # raises if the parse held the row
+    assert pull.report_parse(report_id=report.pk) == "busy"  # a second parse leaves it to the first
+    with path.open("wb") as fifo:
+        fifo.write(junit_xml(passed=3, failed=1))
+    reader.join(timeout=30)
+
+    assert outcome == ["parsed"]
+    report.refresh_from_db()
+    assert (report.state, report.failed, report.parse_claimed_at) == ("parsed", 1, None)
