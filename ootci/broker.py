@@ -18,10 +18,12 @@ import json
 import logging
 import threading
 import time
+from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 from django_q.brokers import redis_broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 # A worker's wait for the next task, in seconds: under the read timeout, so an empty queue is not a timeout.
 DEQUEUE_BLOCK_SECONDS = 0.5
 REDIS_REST_SECONDS = 10.0
+CLAIM = timedelta(minutes=5)  # a requeue that died lets its claimed deferred tasks go after this
 
 _resting_until: dict[str, float] = {}
 _clients: dict[str, redis.Redis] = {}
@@ -96,16 +99,29 @@ def defer(queue: str, task: str, why: str) -> str:
 
 
 def deferred_requeue(*, batch: int = 500) -> int:
-    """Queue every deferred task again, oldest first; returns how many. A Redis failure (RedisError) keeps the rest."""
+    """Queue every deferred task again, oldest first; returns how many. A Redis failure (RedisError) keeps the rest.
+
+    No transaction or row lock is held across the Redis pipeline: a batch is claimed by a conditional UPDATE, pushed,
+    then deleted. Two schedules never push one row twice; one that dies after the push leaves its claim to expire
+    (CLAIM), and the task is pushed again (tasks are safe to run twice)."""
     sent = 0
     while True:
-        with transaction.atomic():
-            rows = list(DeferredTask.objects.select_for_update(skip_locked=True).order_by("id")[:batch])
-            if not rows:
-                return sent
-            pipe = RedisBroker.get_connection().pipeline(transaction=False)
-            for row in rows:
-                pipe.rpush(row.queue, row.payload)
+        now = timezone.now()
+        free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - CLAIM)
+        ids = list(DeferredTask.objects.filter(free).order_by("id").values_list("pk", flat=True)[:batch])
+        if not ids:
+            return sent
+        DeferredTask.objects.filter(free, pk__in=ids).update(claimed_at=now)
+        rows = list(DeferredTask.objects.filter(pk__in=ids, claimed_at=now).order_by("id"))
+        if not rows:
+            continue  # another schedule claimed this batch first
+        pipe = RedisBroker.get_connection().pipeline(transaction=False)
+        for row in rows:
+            pipe.rpush(row.queue, row.payload)
+        try:
             pipe.execute()
-            DeferredTask.objects.filter(pk__in=[row.pk for row in rows]).delete()
+        except redis.RedisError:
+            DeferredTask.objects.filter(pk__in=[row.pk for row in rows], claimed_at=now).update(claimed_at=None)
+            raise
+        DeferredTask.objects.filter(pk__in=[row.pk for row in rows], claimed_at=now).delete()
         sent += len(rows)

@@ -15,6 +15,8 @@ class DeferredTask(models.Model):
     queue = models.CharField(max_length=100, help_text="The broker's list the package goes to")
     payload = models.TextField(help_text="The signed task package")
     deferred_at = models.DateTimeField(default=timezone.now)
+    # Held by the schedule pushing it to Redis (ootci.broker.deferred_requeue): a claim, never a lock across the push.
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.func} (deferred {self.deferred_at:%Y-%m-%d %H:%M:%S})"

@@ -4,12 +4,14 @@ issuer over HTTP. Every answer is quick and no 5xx; every stored webhook is disp
 back, by the queued tasks that reached it and the stale-dispatch schedule.
 """
 
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
 
 import pytest
 import redis
+from django.db import connection
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_q.brokers import get_broker
@@ -189,3 +191,29 @@ def test_deferred_tasks_are_queued_every_minute(db):
     schedules_installed()
     found = Schedule.objects.get(func="ootci.tasks.deferred_tasks_requeue")
     assert (found.schedule_type, found.minutes) == (Schedule.MINUTES, 1)
+
+
+def test_two_requeues_at_once_push_each_deferred_task_once(own_redis):
+    own_redis.stop()
+    for n in range(300):
+        async_task("relay.tasks.check_run_sync", n)
+    assert DeferredTask.objects.count() == 300
+    own_redis.start()
+    counts, go = [], threading.Barrier(2)
+
+    def requeue():
+        go.wait()
+        try:
+            counts.append(ootci_tasks.deferred_tasks_requeue())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=requeue) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    pushed = queued()
+    assert sum(counts) == 300 and len(pushed) == 300 and len(set(pushed)) == 300  # each once, none lost
+    assert not DeferredTask.objects.exists()
