@@ -122,8 +122,14 @@ def _pull_request_record(payload: dict[str, Any]) -> PullRequest:
     pr, created = PullRequest.objects.select_for_update().get_or_create(
         upstream_repo=payload["repository"]["full_name"], number=data["number"], defaults=fields
     )
-    # Deliveries can arrive out of order; an older one must not roll back labels, head or state.
+    # Deliveries can arrive out of order; an older one must not roll back labels, head or state. GitHub's updated_at
+    # has whole seconds: two label changes in one second carry the same time, and each payload's list may lack the
+    # other's label, so at a tie a labeled/unlabeled delivery applies its own label as a change to the stored list.
     if not created and pr.updated_at <= updated_at:
+        label = (payload.get("label") or {}).get("name")
+        if pr.updated_at == updated_at and payload.get("action") in ("labeled", "unlabeled") and label:
+            labels = [name for name in pr.labels if name != label]
+            fields["labels"] = labels + [label] if payload["action"] == "labeled" else labels
         for name, value in fields.items():
             setattr(pr, name, value)
         pr.save()

@@ -169,6 +169,28 @@ def test_an_older_delivery_does_not_roll_back_the_pull_request(post_webhook):
     assert PullRequest.objects.get().labels == ["ciflow/oot/npu"]
 
 
+def test_two_labels_added_in_the_same_second_are_both_kept(post_webhook):
+    # GitHub's updated_at has whole seconds; the second label's delivery may arrive first, and the first label's
+    # payload does not know the second: last writer wins would drop it, and with it an L3 backend's check runs.
+    def labeled(name: str, labels: list[str], delivery_id: str):
+        payload = fixture_json("pull_request.labeled.payload")
+        payload["pull_request"]["updated_at"] = "2030-01-01T00:00:00Z"
+        payload["label"] = {"name": name}
+        payload["pull_request"]["labels"] = [{"name": n} for n in labels]
+        assert post_webhook("pull_request", payload, delivery_id=delivery_id).status_code == 200
+
+    labeled("ciflow/oot/xpu", ["ciflow/oot/npu", "ciflow/oot/xpu"], "second")
+    labeled("ciflow/oot/npu", ["ciflow/oot/npu"], "first, arriving late")
+    assert sorted(PullRequest.objects.get().labels) == ["ciflow/oot/npu", "ciflow/oot/xpu"]
+
+    unlabeled = fixture_json("pull_request.unlabeled.payload")
+    unlabeled["pull_request"]["updated_at"] = "2030-01-01T00:00:00Z"
+    unlabeled["label"] = {"name": "ciflow/oot/npu"}
+    unlabeled["pull_request"]["labels"] = [{"name": "ciflow/oot/npu"}, {"name": "ciflow/oot/xpu"}]  # a stale list
+    post_webhook("pull_request", unlabeled, delivery_id="removed in that second too")
+    assert PullRequest.objects.get().labels == ["ciflow/oot/xpu"]
+
+
 def test_check_runs_are_wanted_by_level_and_label(post_webhook, make_backend):
     make_backend("org/l2", level="L2")
     make_backend("org/l3-labelled", level="L3", device="npu")
