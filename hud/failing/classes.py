@@ -30,11 +30,10 @@ from hud.stores.base import CASE_PASSED as PASSED
 from hud.stores.base import CaseRows
 from hud.stores.types import BackendInfo
 from ootci import verdicts
-from ootci.baseline import BASELINE_EVENTS, RULES, baseline_status
+from ootci.baseline import RULES, baseline_status
 from ootci.verdicts import HISTORY
 
 CAP = 500  # failing tests classified per backend and SHA (the first by test id); the total is always counted
-__all__ = ["BASELINE_EVENTS", "HISTORY"]
 
 
 # --- what the runs module gives: jobs of one backend at one SHA -------------------------------------------------------
@@ -46,6 +45,7 @@ class RunJob:
     column: str  # "workflow / job"
     outcome: str
     run_url: str
+    failure_class: str = ""  # the log classifier's (or a relay fact's): "infra" makes its failing tests infra
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ def classify(target: Target, rows: Rows) -> BackendFailing:
     at_base = rows.statuses((j.id for j in target.baseline.run.jobs) if target.baseline else (), tests_)
     here = rows.statuses(run.attempts if run else (), tests_)
     elsewhere = rows.statuses(target.others, tests_)
-    infra = {j.id for j in run.jobs if j.outcome == "infra"} if run else set()
+    infra = {j.id for j in run.jobs if j.failure_class == verdicts.INFRA} if run else set()  # as ootci.baseline
     tests = []
     for t in chosen:
         past = rows.history.get((bid, t), [])

@@ -19,7 +19,6 @@ from django.db.models import Count, Max, Min, Q
 
 from hud.failing import lines
 from hud.failing.classes import (
-    BASELINE_EVENTS,
     BackendFailing,
     Baseline,
     Run,
@@ -36,10 +35,11 @@ from hud.stores.db.failing import DatabaseCases
 from hud.stores.fallback import FallbackCases, clickhouse_failed, source
 from hud.stores.types import BackendInfo, PrDetail
 from ootci import baseline, verdicts
+from ootci.baseline import BASELINE_EVENTS
 from ootci.models import DisabledTest, JobResult, PullRequest, TestReport
 
 FIELDS = ("id", "backend_id", "event_type", "job_sha", "pr_number", "workflow_name", "job_name", "run_attempt")
-FIELDS += ("created_at", "finished_at", "outcome", "run_url")
+FIELDS += ("created_at", "finished_at", "outcome", "run_url", "failure_class")
 RECENT_PRS = 10
 
 
@@ -60,7 +60,7 @@ def run_of(rows: list[dict]) -> Run | None:
         event=first["event_type"],
         sha=first["job_sha"],
         pr_number=first["pr_number"],
-        jobs=tuple(RunJob(r["id"], column(r), r["outcome"], r["run_url"]) for r in latest),
+        jobs=tuple(RunJob(r["id"], column(r), r["outcome"], r["run_url"], r["failure_class"]) for r in latest),
         attempts=tuple(sorted(r["id"] for r in rows)),
         finished_at=max(r["finished_at"] for r in latest),
     )

@@ -28,13 +28,8 @@ def job_infra_retry(*, job_id: int) -> str:
         return "done"
     if _superseded(job):
         return _retry_noted(job, "a later attempt exists: not re-run")
-    failed = len(
-        [
-            j
-            for j in baseline.latest_attempts(JobResult.objects.filter(delivery_id=job.delivery_id))
-            if j.outcome in FAILED
-        ]
-    )
+    latest = baseline.latest_attempts(JobResult.objects.filter(delivery_id=job.delivery_id))
+    failed = sum(j.outcome in FAILED for j in latest)
     if failed > settings.AUTO_RETRY_OUTAGE_JOBS:
         return _retry_noted(job, f"not re-run: {failed} jobs of this event failed (an outage?)")
     try:
