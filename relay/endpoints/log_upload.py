@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from ootci.http.api_errors import RefusalSerializer
 from ootci.models import JobResult
+from relay.endpoints import checked
 from relay.endpoints.requests import Refused, body_size_check, rate_limit, reporting_backend, verified_repo
 from relay.reliability import archive
 from relay.reports import logs, pull
@@ -75,6 +76,8 @@ class JobLogApi(APIView):
             raise Refused(
                 409, f"Job {job.job_name!r} is {job.conclusion or job.status}: only failed jobs' logs are kept."
             )
+        if request.stream is None:  # no body at all (Content-Length 0)
+            raise Refused(400, "The request has no body: send the job's log as the request body.")
         try:
             stored = logs.job_log_store(job=job, stream=request.stream)
         except archive.ArchiveError as e:
@@ -85,6 +88,9 @@ class JobLogApi(APIView):
 
 def _job_named(request: Request, *, backend_id: int) -> JobResult:
     values = {name: request.query_params.get(name, "").strip() for name in QUERY}
+    for name, value in values.items():
+        if problem := checked.text_problem(value):
+            raise Refused(400, f"Query parameter {name} {problem}.")
     legacy = not values["job"] and bool(values["job_name"])
     job = values["job"] or values["job_name"]
     missing = [name for name in ("delivery_id", "run_id") if not values[name]]

@@ -1,6 +1,8 @@
 """Property-based fuzzing of every way in: signed webhooks, callbacks with valid tokens, hostile tokens, HUD and API
-query strings, CRCR ingest bodies. The property: every answer is 2xx, 3xx or 4xx, a JSON endpoint's 4xx carries a
-``detail``, and a refused request writes no row.
+query strings (the failing-tests view, failures, readiness and badge URLs among them), CRCR ingest bodies, and the
+untrusted uploads — test reports and job logs as zip, tar, gzip and XML bombs, path tricks, truncations, wrong
+content types and encodings (tests/fuzz/archives.py). The property: every answer is 2xx, 3xx or 4xx, a JSON
+endpoint's 4xx carries a ``detail``, and a refused request writes no row.
 
 The seed is fixed (derandomize): a run finds what the previous one found. FUZZ_EXAMPLES sets the examples per
 target (``make test``: the default below; ``make fuzz``: a larger budget). Requests sent and 5xx seen are printed
@@ -21,6 +23,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from ootci.models import Delivery, Dispatch, JobResult, PullRequest
 from tests.fakes.oidc import AUDIENCE, Downstream, reporter_body
+from tests.fuzz import archives
 from tests.fuzz import strategies as hostile
 from tests.hud import scenario
 from tests.relay.conftest import UPSTREAM, fixture_json, sign
@@ -48,6 +51,13 @@ WEBHOOKS = [
 ]
 HUD_PATHS = [
     "/oot/",
+    "/oot/failures/",
+    "/oot/acme/npu/?view=failing-tests",
+    "/oot/acme/npu/readiness/",
+    "/oot/acme/npu/badge.svg",
+    "/api/oot/acme/npu/failing-tests/",
+    "/api/oot/acme/npu/readiness/",
+    "/api/oot/acme/npu/jobs/1/tests/",
     "/oot/metrics/",
     "/oot/pr/",
     "/oot/pr/101/",
@@ -65,7 +75,7 @@ HUD_PATHS = [
     "/api/oot/tests/",
     "/api/oot/tests/test/test_a.py::test_a/",
 ]
-PARAMETERS = ["days", "page", "event", "failing", "number", "format", "q"]
+PARAMETERS = ["days", "page", "event", "failing", "number", "format", "q", "view", "pr", "after"]
 INGEST_TOKEN = "hud-bot-token-for-fuzzing"
 INGEST_FOCUS = (
     ("trusted",),
@@ -83,6 +93,7 @@ answers: Counter[str] = Counter()
 def tally():
     yield
     print(f"\nfuzz: {answers['requests']} requests, {answers['5xx']} answered 5xx ({EXAMPLES} examples per target)")
+    print("  " + ", ".join(f"{answers[k]} {k}" for k in sorted(answers) if k.endswith("answers")))
 
 
 def rows() -> tuple[int, ...]:
@@ -98,6 +109,7 @@ def send(call, *, json_api: bool = True):
     except Exception:
         answers["5xx"] += 1  # the test client re-raises what the server would answer 500
         raise
+    answers[f"{response.status_code // 100}xx answers"] += 1
     if response.status_code >= 500:
         answers["5xx"] += 1
     assert response.status_code < 500, response.content[:500]
@@ -247,3 +259,48 @@ def test_crcr_ingest_bodies(client, ingest, data):
             "/api/crcr/results", data=raw, content_type="application/json", headers={"x-hud-internal-bot": INGEST_TOKEN}
         )
     )
+
+
+# --- the untrusted uploads: test reports and job logs --------------------------------------------------------------
+
+
+@pytest.fixture
+def uploads(downstream_ci, client, settings, tmp_path):
+    """A failed job attempt of a fresh backend (completed over the callback) and its upload query."""
+    settings.TEST_REPORTS_URL = tmp_path.as_uri()
+
+    def make() -> tuple[Downstream, dict[str, str]]:
+        ci, dispatch = downstream_ci()
+        body = reporter_body("pull_request.completed.failure", delivery_id=dispatch.delivery.delivery_id)
+        token = f"Bearer {ci.issuer.token(repository=ci.repo)}"
+        sent = json.dumps(body)
+        client.post("/github/callback", data=sent, content_type="application/json", HTTP_AUTHORIZATION=token)
+        workflow = body["workflow"]
+        query = {"delivery_id": body["delivery_id"], "workflow": workflow["name"], "job": workflow["job_name"]}
+        return ci, query | {"run_id": workflow["run_id"], "run_attempt": workflow["run_attempt"]}
+
+    return make
+
+
+@st.composite
+def upload_requests(draw, query: dict[str, str]) -> tuple[dict[str, str], bytes, str]:
+    if draw(st.integers(0, 3)) == 0:  # a quarter of the time the query is hostile too
+        query = draw(hostile.mutations(query, at_most=2).filter(lambda q: isinstance(q, dict)) | st.just(query))
+        query = {str(k): str(v) for k, v in query.items()}
+    body = draw(st.sampled_from(archives.bodies()) | st.binary(max_size=2000), label="body")
+    return query, body, draw(st.sampled_from(archives.CONTENT_TYPES), label="content type")
+
+
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 5))  # a parse per example: the dearest target
+@given(data=st.data())
+@pytest.mark.parametrize("endpoint", ["/github/test-report", "/github/job-log"])
+def test_uploaded_reports_and_logs(client, uploads, endpoint, data):
+    ci, query = uploads()
+    query, body, content_type = data.draw(upload_requests(query))
+    token = ci.issuer.token(repository=ci.repo)
+    headers = {"Authorization": f"Bearer {token}"}
+    if data.draw(st.booleans(), label="gzip transfer"):
+        headers["Content-Encoding"] = "gzip"
+    url = f"{endpoint}?{hostile.query_string(query)}"
+
+    send(lambda: client.post(url, data=body, content_type=content_type, headers=headers))

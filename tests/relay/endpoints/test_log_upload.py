@@ -29,6 +29,19 @@ def buildkite_failure(ci, **workflow):
     return completed_failure(ci, url=f"https://buildkite.com/acme/npu/builds/{RUN}", run_id=RUN, **workflow)
 
 
+def test_an_upload_without_a_body_or_with_a_nul_in_its_query_is_a_400_not_a_500(downstream, failing_run):
+    # Found by the upload fuzzing (tests/fuzz/test_fuzz.py): no body at all left the stream None.
+    ci = downstream()
+    buildkite_failure(ci)
+
+    response = upload(ci, b"")
+
+    assert response.status_code == 400 and "no body" in response.json()["detail"]
+    assert not JobFailure.objects.exclude(log_bytes=None).exists()
+    nul = upload(ci, FAILED_JOB_LOG, job="test-npu\x00")  # PostgreSQL cannot compare text with NUL: a 500 before
+    assert nul.status_code == 400 and nul.json()["detail"] == "Query parameter job holds a NUL character."
+
+
 def test_an_uploaded_log_is_kept_and_classified(downstream, failing_run):
     ci = downstream()
     buildkite_failure(ci)
