@@ -16,7 +16,7 @@ and compare repositories ignoring case, as GitHub does.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import yaml
 from django.db import transaction
@@ -43,6 +43,7 @@ class Entry:
     device: str = ""
     oncalls: tuple[str, ...] = ()
     line: int = 0
+    cadence: dict[str, int | None] | None = None  # the `cadences:` section's (model field → minutes), if listed
 
 
 @dataclass
@@ -71,10 +72,45 @@ def _is_null(node: yaml.Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null")
 
 
+CADENCE_KEYS = {
+    "nightly": "nightly_cadence_minutes",
+    "periodic": "periodic_cadence_minutes",
+    "grace": "stale_grace_minutes",
+}
+
+
 class _Parser:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.entries: list[Entry] = []
+        self.cadences: dict[str, dict[str, int | None]] = {}
+
+    def cadence_section(self, node: yaml.Node) -> None:
+        """``cadences: {org/name: {nightly: 1440, periodic: 360, grace: 120}}``: minutes; periodic may be null."""
+        if _is_null(node):
+            return
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, "cadences must be a mapping of org/name: {nightly, periodic, grace} (minutes)")
+            return
+        for key, value in node.value:
+            repo = self.repo(key, "cadences")
+            if not repo:
+                continue
+            if not isinstance(value, yaml.MappingNode):
+                self.fail(value, f"cadences.{repo} must be a mapping of nightly, periodic, grace (minutes)")
+                continue
+            found: dict[str, int | None] = {}
+            for name_node, minutes in value.value:
+                name, text = _scalar(name_node), _scalar(minutes)
+                if name not in CADENCE_KEYS:
+                    self.fail(name_node, f"cadences.{repo}: {name!r} is not one of nightly, periodic, grace")
+                elif name == "periodic" and _is_null(minutes):
+                    found[CADENCE_KEYS[name]] = None
+                elif text is None or not text.isascii() or not text.isdigit() or not 0 < int(text) < 10**6:
+                    self.fail(minutes, f"cadences.{repo}.{name} must be a number of minutes from 1 to 999999")
+                else:
+                    found[CADENCE_KEYS[name]] = int(text)
+            self.cadences[repo.lower()] = found
 
     def fail(self, node: yaml.Node, message: str) -> None:
         self.problems.append(f"line {_line(node)}: {message}")
@@ -175,15 +211,20 @@ def parse(text: str) -> list[Entry]:
     parser = _Parser()
     for key, value in root.value:
         level = _scalar(key)
-        if level not in ORDER:
+        if level == "cadences":
+            parser.cadence_section(value)
+        elif level not in ORDER:
             parser.fail(key, f"unknown level {level!r}: the keys are L1, L2, L3 and L4 (case matters)")
         elif level == Level.L3:
             parser.device_level(level, value)
         else:
             parser.listed_level(level, value)
+    listed = {entry.repo.lower() for entry in parser.entries}
+    for repo in parser.cadences.keys() - listed:
+        parser.problems.append(f"cadences: {repo} is not listed at any level")
     if parser.problems:
         raise AllowlistError(parser.problems)
-    return parser.entries
+    return [replace(entry, cadence=parser.cadences.get(entry.repo.lower())) for entry in parser.entries]
 
 
 def plan(entries: list[Entry]) -> Plan:
@@ -206,6 +247,9 @@ def plan(entries: list[Entry]) -> Plan:
             changes.append(f"on-calls {', '.join(backend.oncalls) or '—'} → {', '.join(entry.oncalls) or '—'}")
         if not backend.enabled:
             changes.append("enable")
+        for name, minutes in (entry.cadence or {}).items():
+            if getattr(backend, name) != minutes:
+                changes.append(f"{name} {getattr(backend, name)} → {minutes}")
         if changes:
             result.update.append((backend, entry))
             result.lines.append(f"~ {backend.repo}: {'; '.join(changes)}")
@@ -222,13 +266,16 @@ def apply(changes: Plan, *, actor: str, reason: str) -> list[LevelChange]:
     moves = []
     with transaction.atomic():
         for entry in changes.create:
-            backend = Backend(repo=entry.repo, device=entry.device, oncalls=list(entry.oncalls))
+            cadence = entry.cadence or {}
+            backend = Backend(repo=entry.repo, device=entry.device, oncalls=list(entry.oncalls), **cadence)
             backend.change_level(entry.level, actor=actor, reason=reason)
         for backend, entry in changes.update:
             backend.device = entry.device or backend.device
             backend.oncalls = list(entry.oncalls)
             backend.enabled = True
-            backend.save(update_fields=["device", "oncalls", "enabled", "updated_at"])
+            for name, minutes in (entry.cadence or {}).items():
+                setattr(backend, name, minutes)
+            backend.save(update_fields=["device", "oncalls", "enabled", *CADENCE_KEYS.values(), "updated_at"])
             if change := backend.change_level(entry.level, actor=actor, reason=reason):
                 moves.append(change)
         for backend in changes.disable:
@@ -251,6 +298,15 @@ def export_data(moved: dict[int, str] | None = None) -> dict:
         else:
             data[backend.level].append(backend.repo)
     data[Level.L3] = dict(sorted(data[Level.L3].items()))
+    cadences = {}
+    for backend in Backend.objects.filter(enabled=True).order_by("repo"):
+        values = {key: getattr(backend, name) for key, name in CADENCE_KEYS.items()}
+        defaults = {key: Backend._meta.get_field(name).default for key, name in CADENCE_KEYS.items()}
+        defaults["periodic"] = None
+        if values != defaults:
+            cadences[backend.repo] = values
+    if cadences:
+        data["cadences"] = cadences
     return data
 
 
@@ -279,4 +335,9 @@ def export_yaml(moved: dict[int, str] | None = None) -> str:
                 lines.append(f"  - {repo}: {oncalls}")
             else:
                 lines.append(f"  - {entry}")
+    if cadences := data.get("cadences"):  # only backends whose cadences are not the defaults
+        lines.append("cadences:")
+        for repo, values in cadences.items():
+            shown = ", ".join(f"{key}: {'null' if minutes is None else minutes}" for key, minutes in values.items())
+            lines.append(f"  {repo}: {{{shown}}}")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud.web import api, api_disabled, api_failing, api_history, api_results, views, views_history
+from hud.web import api, api_disabled, api_failing, api_history, api_incidents, api_results, views, views_history
 
 app_name = "hud"
 urlpatterns: list = [
@@ -27,6 +27,7 @@ urlpatterns: list = [
     path("api/oot/metrics/", api.MetricsView.as_view(), name="api-metrics"),
     path("api/oot/allowlist/", api.AllowlistView.as_view(), name="api-allowlist"),
     path("api/oot/failures/", api.FailuresView.as_view(), name="api-failures"),
+    path("api/oot/incidents/", api_incidents.IncidentsView.as_view(), name="api-incidents"),
     path("api/oot/pr/<int:number>/", api_failing.PullRequestView.as_view(), name="api-pull-request"),
     path("api/oot/tests/", api_history.TestSearchView.as_view(), name="api-tests"),
     path("api/oot/tests/<path:generic_id>/", api_history.TestHistoryView.as_view(), name="api-test"),

@@ -38,12 +38,25 @@ class BackendForm(forms.ModelForm):
 
     class Meta:
         model = Backend
-        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "exonerate", "notes"]
+        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "exonerate"]
+        fields += ["nightly_cadence_minutes", "periodic_cadence_minutes", "stale_grace_minutes", "notes"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.initial["oncalls"] = ", ".join(self.instance.oncalls)
+        for name in ("nightly_cadence_minutes", "stale_grace_minutes"):  # left empty: the model's default
+            self.fields[name].required = False
+
+    def _default_if_empty(self, name: str) -> int:
+        value = self.cleaned_data.get(name)
+        return Backend._meta.get_field(name).default if value is None else value
+
+    def clean_nightly_cadence_minutes(self) -> int:
+        return self._default_if_empty("nightly_cadence_minutes")
+
+    def clean_stale_grace_minutes(self) -> int:
+        return self._default_if_empty("stale_grace_minutes")
 
     def clean_oncalls(self) -> list[str]:
         return [h.strip().lstrip("@") for h in self.cleaned_data["oncalls"].split(",") if h.strip()]

@@ -13,6 +13,7 @@ class AlertRule(models.Model):
         PR_TEST = "pr_test_failure", "an L3/L4 test failure new on a PR"
         RELAY = "relay_health", "dispatch failures and lost dispatches above a rate"
         GATE = "gate_failing", "a readiness gate newly failing"
+        STALE = "stale_results", "a backend gone silent: no result within its cadence, or PR dispatches unanswered"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     backend = models.ForeignKey(

@@ -55,6 +55,15 @@ class Backend(models.Model):
         default="test-reports*",
         help_text="Artifacts of a run whose name matches this glob and contains the job name are its test reports.",
     )
+    nightly_cadence_minutes = models.PositiveIntegerField(
+        default=1440, help_text="A nightly result is expected this often; silent after cadence + grace"
+    )
+    periodic_cadence_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A periodic result is expected this often (empty: no periodic cadence)"
+    )
+    stale_grace_minutes = models.PositiveIntegerField(
+        default=120, help_text="Slack past a cadence, and the time a PR dispatch has to be answered with in_progress"
+    )
     exonerate = models.BooleanField(
         null=True,
         blank=True,

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ootci import baseline, governance, levels, verdicts
+from ootci import baseline, governance, levels, staleness, verdicts
 from ootci.models import AlertRule, Backend, Dispatch, Event, Incident, JobResult, lost_cutoff
 from relay.alerts import notify
 
@@ -242,6 +242,27 @@ def gates_evaluate(*, now: datetime | None = None) -> dict[str, int]:
     return done
 
 
+def stale_evaluate(*, now: datetime) -> dict[str, int]:
+    """Backends gone silent (``ootci.staleness``): an incident each, resolved by their next report."""
+    backends = list(Backend.objects.filter(enabled=True).exclude(level=levels.Level.L1))
+    silent = staleness.silences(backends, now=now)
+    done: dict[str, int] = {}
+    for backend in backends:
+        rule = rule_for(AlertRule.Kind.STALE, backend)
+        if rule is None:
+            continue
+        fingerprint = f"{AlertRule.Kind.STALE}:{backend.pk}"
+        if found := silent.get(backend.pk):
+            what = f"{backend.repo}: {found.text(now)}"
+            details = {"event": found.event, "since": found.since.isoformat(), "unanswered": found.unanswered}
+            outcome = incident_fire(rule, backend=backend, fingerprint=fingerprint, what=what, details=details, now=now)
+        else:
+            outcome = incident_green(fingerprint, resolve_after=1, now=now)
+        done[outcome] = done.get(outcome, 0) + 1
+    return done
+
+
 def periodic_evaluate(*, now: datetime | None = None) -> dict:
-    """The schedule (every minute): relay health and the readiness gates."""
-    return {"relay": relay_evaluate(now=now or timezone.now()), "gates": gates_evaluate(now=now)}
+    """The schedule (every minute): relay health, the readiness gates and silent backends."""
+    at = now or timezone.now()
+    return {"relay": relay_evaluate(now=at), "gates": gates_evaluate(now=now), "stale": stale_evaluate(now=at)}

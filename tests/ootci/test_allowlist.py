@@ -162,3 +162,43 @@ def test_import_reports_an_unreadable_file(db, tmp_path):
 def test_import_reads_standard_input(db):
     call_command("import_allowlist", "-", stdin=io.StringIO("L2:\n  - a/b\n"), stdout=io.StringIO())
     assert snapshot() == [("a/b", "L2", "", [], True)]
+
+
+def test_cadences_are_in_the_allowlist_and_round_trip(db, tmp_path):
+    path = tmp_path / "allowlist.yml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            L2:
+              - acme/npu: alice
+              - intel/xpu
+            cadences:
+              acme/npu: {nightly: 720, periodic: 60, grace: 30}
+            """
+        )
+    )
+    call_command("import_allowlist", str(path), stdout=io.StringIO())
+
+    npu, xpu = Backend.objects.get(repo="acme/npu"), Backend.objects.get(repo="intel/xpu")
+    assert (npu.nightly_cadence_minutes, npu.periodic_cadence_minutes, npu.stale_grace_minutes) == (720, 60, 30)
+    assert (xpu.nightly_cadence_minutes, xpu.periodic_cadence_minutes, xpu.stale_grace_minutes) == (1440, None, 120)
+    exported = allowlist.export_yaml()
+    assert "cadences:\n  acme/npu: {nightly: 720, periodic: 60, grace: 30}\n" in exported
+    assert "intel/xpu: {" not in exported  # the defaults are not written
+    path.write_text(exported.replace("periodic: 60", "periodic: null"))
+    call_command("import_allowlist", str(path), stdout=io.StringIO())
+    assert Backend.objects.get(repo="acme/npu").periodic_cadence_minutes is None
+
+
+@pytest.mark.parametrize(
+    ("cadences", "message"),
+    [
+        ("acme/npu: {nightly: 0}", "cadences.acme/npu.nightly must be a number of minutes from 1 to 999999"),
+        ("acme/npu: {weekly: 60}", "cadences.acme/npu: 'weekly' is not one of nightly, periodic, grace"),
+        ("other/repo: {nightly: 60}", "cadences: other/repo is not listed at any level"),
+    ],
+)
+def test_a_bad_cadence_is_refused_with_its_line(db, cadences, message):
+    with pytest.raises(allowlist.AllowlistError) as refused:
+        allowlist.parse(f"L2:\n  - acme/npu\ncadences:\n  {cadences}\n")
+    assert message in str(refused.value)

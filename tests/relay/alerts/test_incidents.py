@@ -71,6 +71,7 @@ def rules_installed() -> None:
         ("pr_test_failure", 1),
         ("relay_health", 20),
         ("gate_failing", 1),
+        ("stale_results", 1),
     ):
         AlertRule.objects.get_or_create(kind=kind, backend=None, defaults={"threshold": threshold})
 

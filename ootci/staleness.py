@@ -1,0 +1,99 @@
+"""Silent backends: a backend that stops reporting must not read as healthy ("no rows means no failures").
+
+Each backend has a cadence per event (``Backend.nightly_cadence_minutes``, ``periodic_cadence_minutes``) and a grace
+(``stale_grace_minutes``). It is **silent** when
+
+- its newest nightly (or periodic) result is older than the cadence + grace — once it has reported that event at all,
+  or when the event is among the ones relayed to it (then its creation starts the clock);
+- or its last PR_UNANSWERED pull-request dispatches, each sent more than the grace ago, got no callback at all.
+
+It is said on the HUD ("silent for 31 h"), in the ``stale_results`` incident (``relay.alerts.incidents``), and it ends
+with the next report. Read by a few aggregate queries for any number of backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import F, Max, Q, Window
+from django.db.models.functions import RowNumber
+
+from ootci.events import Event
+from ootci.models import Backend, Dispatch, JobResult
+
+PR_UNANSWERED = 5
+
+
+@dataclass(frozen=True)
+class Silence:
+    backend_id: int
+    event: str
+    since: datetime  # its newest result of that event (or the first unanswered dispatch, or its creation)
+    unanswered: int = 0  # PR dispatches without a callback (event pull_request)
+
+    def hours(self, now: datetime) -> int:
+        return int((now - self.since).total_seconds() // 3600)
+
+    def text(self, now: datetime) -> str:
+        if self.event == Event.PULL_REQUEST:
+            return f"silent: its last {self.unanswered} PR dispatches got no callback"
+        return f"silent for {self.hours(now)} h (no {self.event} result)"
+
+
+def silences(backends: list[Backend], *, now: datetime) -> dict[int, Silence]:
+    """The silent backends among ``backends`` (enabled ones), by id: the longest silence of each."""
+    backends = [b for b in backends if b.enabled]
+    if not backends:
+        return {}
+    ids = [b.pk for b in backends]
+    newest = {
+        (r["backend_id"], r["event_type"]): r["at"]
+        for r in JobResult.objects.filter(backend_id__in=ids, event_type__in=[Event.NIGHTLY, Event.PERIODIC])
+        .values("backend_id", "event_type")
+        .annotate(at=Max("created_at"))
+    }
+    found: dict[int, Silence] = {}
+    for b in backends:
+        grace = timedelta(minutes=b.stale_grace_minutes)
+        for event, cadence in (
+            (Event.NIGHTLY, b.nightly_cadence_minutes),
+            (Event.PERIODIC, b.periodic_cadence_minutes),
+        ):
+            last = newest.get((b.pk, event))
+            if not cadence or (last is None and event not in (b.events or [])):
+                continue  # never reported it, nor is it relayed to it: nothing is expected
+            since = last or b.created_at
+            if now - since > timedelta(minutes=cadence) + grace:
+                found.setdefault(b.pk, Silence(b.pk, event, since))
+    waiting = [b for b in backends if b.pk not in found and Event.PULL_REQUEST in (b.events or [])]
+    found |= _unanswered(waiting, now=now)
+    return found
+
+
+def _unanswered(backends: list[Backend], *, now: datetime) -> dict[int, Silence]:
+    """Backends whose last PR_UNANSWERED sent pull-request dispatches (each older than their grace) got no callback:
+    two queries for any number of backends."""
+    if not backends:
+        return {}
+    due = Q()
+    for b in backends:
+        due |= Q(backend_id=b.pk, created_at__lte=now - timedelta(minutes=b.stale_grace_minutes))
+    newest = [F("created_at").desc(), F("id").desc()]
+    last = list(
+        Dispatch.objects.filter(due, status=Dispatch.Status.SENT, delivery__event=Event.PULL_REQUEST)
+        .annotate(n=Window(RowNumber(), partition_by=F("backend_id"), order_by=newest))
+        .filter(n__lte=PR_UNANSWERED)
+        .values_list("pk", "backend_id", "created_at")
+    )
+    answered = set(
+        JobResult.objects.filter(dispatch_id__in=[pk for pk, _, _ in last]).values_list("dispatch_id", flat=True)
+    )
+    by_backend: dict[int, list[tuple[int, datetime]]] = {}
+    for pk, backend_id, at in last:
+        by_backend.setdefault(backend_id, []).append((pk, at))
+    return {
+        bid: Silence(bid, Event.PULL_REQUEST, min(at for _, at in sent), unanswered=len(sent))
+        for bid, sent in by_backend.items()
+        if len(sent) == PR_UNANSWERED and not any(pk in answered for pk, _ in sent)
+    }
