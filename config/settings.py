@@ -244,6 +244,8 @@ LEVEL_GATES = env.json("LEVEL_GATES", default={})
 # On-call notifications (relay/alerts/notify.py): tries per notification, first retry delay (doubling), the public URL
 # the messages link to, and Django's email backend (EMAIL_URL, e.g. smtp+tls://user:pass@host:587) and sender.
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
+# No webhook from UPSTREAM_REPO for this long while GitHub answers the App opens a stale_results incident (0: never).
+WEBHOOK_SILENCE_MINUTES = env.int("WEBHOOK_SILENCE_MINUTES", default=120)
 NOTIFY_RETRY_SECONDS = env.float("NOTIFY_RETRY_SECONDS", default=30.0)
 PUBLIC_URL = env.str("PUBLIC_URL", default="")
 _email = env.email_url("EMAIL_URL", default="consolemail://")

@@ -15,13 +15,15 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from ootci import baseline, governance, levels, staleness, verdicts
-from ootci.models import AlertRule, Backend, Dispatch, Event, Incident, JobResult, lost_cutoff
+from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, lost_cutoff
 from relay.alerts import notify
+from relay.github import client as github
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +264,27 @@ def stale_evaluate(*, now: datetime) -> dict[str, int]:
     return done
 
 
+def relay_silence_evaluate(*, now: datetime) -> str:
+    """The relay itself gone silent: no webhook for WEBHOOK_SILENCE_MINUTES while GitHub answers the App (a revoked
+    App or a rotated webhook secret looks exactly like this); resolved by the next webhook."""
+    rule = rule_for(AlertRule.Kind.STALE, None)
+    if rule is None or not settings.WEBHOOK_SILENCE_MINUTES:
+        return "nothing"
+    fingerprint = f"{AlertRule.Kind.STALE}:relay"
+    last = Delivery.objects.filter(event__in=(Event.PULL_REQUEST, Event.PUSH)).aggregate(at=Max("received_at"))["at"]
+    if last is None or now - last <= timedelta(minutes=settings.WEBHOOK_SILENCE_MINUTES):
+        return incident_green(fingerprint, resolve_after=1, now=now)
+    if not github.github_reachable(repo=settings.UPSTREAM_REPO):
+        return "github unreachable"  # not the relay's silence: the network's, or GitHub's
+    minutes = int((now - last).total_seconds() // 60)
+    what = f"relay: no webhook from {settings.UPSTREAM_REPO} for {minutes} minutes while GitHub answers"
+    return incident_fire(
+        rule, backend=None, fingerprint=fingerprint, what=what, details={"last": last.isoformat()}, now=now
+    )
+
+
 def periodic_evaluate(*, now: datetime | None = None) -> dict:
     """The schedule (every minute): relay health, the readiness gates and silent backends."""
     at = now or timezone.now()
-    return {"relay": relay_evaluate(now=at), "gates": gates_evaluate(now=now), "stale": stale_evaluate(now=at)}
+    found = {"relay": relay_evaluate(now=at), "gates": gates_evaluate(now=now), "stale": stale_evaluate(now=at)}
+    return found | {"webhooks": relay_silence_evaluate(now=at)}

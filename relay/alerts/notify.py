@@ -223,8 +223,13 @@ def comment_marker(repo: str, number: int) -> str:
 
 
 def repo_issue_send(n: Notification) -> str:
+    """Open the incident's issue (once: before creating one, ours is looked for by its marker, so a retry after a
+    crash or a lost answer finds it), and close it when the incident resolves."""
     incident, repo = n.incident, n.incident.backend.repo
-    body = f"{incident_text(incident)}\n\nOpened {incident.opened_at:%Y-%m-%d %H:%M} UTC by OOT CI."
+    marker = f"<!-- oot-ci:incident:{incident.pk} -->"
+    body = f"{incident_text(incident)}\n\nOpened {incident.opened_at:%Y-%m-%d %H:%M} UTC by OOT CI.\n{marker}"
+    if not n.external_id and (found := github.issue_find(repo=repo, marker=marker)):
+        n.external_id = str(found)
     if incident.state == Incident.State.FIRING and not n.external_id:
         n.external_id = str(github.issue_create(repo=repo, title=f"OOT CI: {incident.what}"[:250], body=body))
     elif incident.state == Incident.State.RESOLVED and n.external_id and n.sent_state != Incident.State.RESOLVED:

@@ -116,6 +116,19 @@ def _installation_id(repo: str) -> int:
     return installation.id
 
 
+def github_reachable(*, repo: str) -> bool:
+    """Whether GitHub answers the App at all — an installation lookup of ``repo``, never cached: any HTTP answer
+    counts, a revoked App's 401 or 404 included; a connection failure or a 5xx does not."""
+    owner, name = repo.split("/", 1)
+    try:
+        _integration().get_repo_installation(owner, name)
+    except GithubException as e:
+        return e.status < 500
+    except (requests.RequestException, GitHubError):
+        return False
+    return True
+
+
 def _installation_key(repo: str) -> tuple[str, str, str]:
     return (settings.GITHUB_API_URL, str(settings.GITHUB_APP_ID), repo.lower())
 

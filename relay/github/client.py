@@ -18,12 +18,15 @@ from relay.github.app import (
     GitHubError,
     calling,
     error_from,
+    github_reachable,
     installation_client,
     installation_token,
     json_or_text,
     tokens_forget,
 )
 from relay.github.app import RateLimited as RateLimited  # callers catch both from here
+
+__all__ = ["github_reachable"]  # the App's own call, from relay.github.app
 
 
 def repository_dispatch_create(*, repo: str, event_type: str, client_payload: dict[str, Any]) -> None:
@@ -176,6 +179,24 @@ def issue_comment_update(*, repo: str, comment_id: int, body: str) -> None:
 def issue_create(*, repo: str, title: str, body: str) -> int:
     """POST /repos/{repo}/issues; returns the new issue's number."""
     return int(_send(repo, "POST", f"/repos/{repo}/issues", {"title": title, "body": body})["number"])
+
+
+def issue_find(*, repo: str, marker: str, pages: int = 10) -> int | None:
+    """The number of the newest issue of ``repo`` (open or closed) whose body holds ``marker``, or None: GET
+    /repos/{repo}/issues?state=all, at most ``pages`` pages of 100. A retry after a crash edits the issue it finds."""
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/issues"
+    for page in range(1, pages + 1):
+        query = {"state": "all", "per_page": 100, "page": page}
+        batch = calling(
+            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+        )
+        for issue in batch or []:
+            if marker in (issue.get("body") or ""):
+                return int(issue["number"])
+        if len(batch or []) < 100:
+            return None
+    return None
 
 
 def issue_close(*, repo: str, number: int, body: str) -> None:

@@ -131,10 +131,12 @@ class FakeGitHub:
         self.comments: dict[int, dict[str, Any]] = {}
         # Comments created but answered 502, as if GitHub wrote and the answer was lost (or the caller died after).
         self.comment_answers_lost = 0
+        self.issue_answers_lost = 0  # the same for issues
         self.route("POST", REPO + r"/issues/(?P<number>\d+)/comments")(_comment_create)
         self.route("GET", REPO + r"/issues/(?P<number>\d+)/comments")(_comments_list)
         self.route("PATCH", REPO + r"/issues/comments/(?P<id>\d+)")(_comment_update)
         self.route("POST", REPO + r"/issues")(_issue_create)
+        self.route("GET", REPO + r"/issues")(_issues_list)
         self.route("PATCH", REPO + r"/issues/(?P<number>\d+)")(_issue_update)
 
     # --- programming ----------------------------------------------------------------------------
@@ -612,7 +614,25 @@ def _issue_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
             "state": "open",
         }
         issue = dict(fake.issues[repo, number])
+        if fake.issue_answers_lost > 0:
+            fake.issue_answers_lost -= 1
+            return Reply(502, {"message": "Server Error"})
     return Reply(201, issue | {"url": f"{fake.url}/repos/{repo}/issues/{number}"})
+
+
+def _issues_list(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    """The repository's issues, newest first, a page at a time (``state=all`` includes closed ones)."""
+    if not _installed_on(fake, request, m):
+        return _unauthorized()
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+    per_page, page = int(query.get("per_page", 30)), int(query.get("page", 1))
+    with fake._lock:
+        found = [dict(i) for (r, _), i in sorted(fake.issues.items(), key=lambda kv: -kv[0][1]) if r == repo]
+    if query.get("state", "open") != "all":
+        found = [i for i in found if i["state"] == query.get("state", "open")]
+    shown = found[(page - 1) * per_page : page * per_page]
+    return Reply(200, [i | {"url": f"{fake.url}/repos/{repo}/issues/{i['number']}"} for i in shown])
 
 
 def _issue_update(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
 
-from ootci.models import AlertRule, Incident, JobResult, Notification, NotificationChannel, PrComment
+from ootci.models import AlertRule, Delivery, Incident, JobResult, Notification, NotificationChannel, PrComment
 from relay.alerts import incidents, notify
 from tests.hud import builders
 from tests.hud.builders import ago, dispatch, job
@@ -216,6 +216,21 @@ def test_three_baseline_failures_open_an_issue_and_three_greens_close_it(l4, fak
 
 
 @pytest.mark.django_db
+def test_an_issue_github_opened_but_we_never_recorded_is_found_not_opened_again(l4, fake_github, run_now):
+    NotificationChannel.objects.create(backend=l4, kind="repo_issue")
+    fake_github.issue_answers_lost = 1  # GitHub opens the issue; its answer (or the worker) is lost
+    for n in range(3):
+        run_now(baseline(l4, "failure", n=n + 1))
+    notification = Notification.objects.get(channel__kind="repo_issue")
+    assert notification.status == "pending" and not notification.external_id
+
+    assert notify.notification_send(notification_id=notification.pk, attempt=2) == "sent"
+
+    assert list(fake_github.issues) == [("ascend/npu", 1)]  # one issue, found by its marker
+    assert Notification.objects.get(pk=notification.pk).external_id == "1"
+
+
+@pytest.mark.django_db
 def test_a_failure_between_greens_starts_the_count_again(l4, run_now):
     for n in range(3):
         run_now(baseline(l4, "failure", n=n))
@@ -383,3 +398,24 @@ def test_a_comment_github_wrote_but_we_never_recorded_is_edited_not_posted_again
     [comment] = fake_github.comments.values()
     assert PrComment.objects.get(backend=None).comment_id == comment["id"]
     assert PrComment.objects.get(backend=None).claimed_at is None
+
+
+@pytest.mark.django_db
+def test_a_relay_without_webhooks_while_github_answers_opens_an_incident(fake_github, settings):
+    rules_installed()
+    settings.UPSTREAM_REPO, settings.WEBHOOK_SILENCE_MINUTES = UPSTREAM, 120
+    Delivery.objects.create(
+        delivery_id="last", event="pull_request", upstream_repo=UPSTREAM, received_at=ago(minutes=180), payload={}
+    )
+    api = settings.GITHUB_API_URL
+    settings.GITHUB_API_URL = "http://127.0.0.1:1"  # GitHub unreachable: the network's silence, not the relay's
+    assert incidents.relay_silence_evaluate(now=timezone.now()) == "github unreachable"
+    assert not Incident.objects.exists()
+
+    settings.GITHUB_API_URL = api
+    assert incidents.relay_silence_evaluate(now=timezone.now()) == "opened"
+    assert Incident.objects.get().what.startswith("relay: no webhook from pytorch/pytorch for 180 minutes")
+
+    now = timezone.now()
+    Delivery.objects.create(delivery_id="new", event="push", upstream_repo=UPSTREAM, received_at=now, payload={})
+    assert incidents.relay_silence_evaluate(now=timezone.now()) == "resolved"
