@@ -286,3 +286,34 @@ def test_a_parse_holds_no_lock_or_transaction_while_it_reads_the_store(make_back
     assert outcome == ["parsed"]
     report.refresh_from_db()
     assert (report.state, report.failed, report.parse_claimed_at) == ("parsed", 1, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_racing_the_completed_callback_keeps_the_reports_counts(downstream, store):
+    # Two writers at once, in either order: the report's counts win over the callback's however they interleave.
+    ci = downstream(device="npu")
+    callback_counts = {"passed": 8000, "failed": 1, "skipped": 0, "failed_tests": ["callback::only"]}
+    for _ in range(3):
+        dispatch = ci.dispatch()
+        assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
+        job = JobResult.objects.get(backend=ci.backend, delivery_id=dispatch.delivery.delivery_id)
+        completion = ci.body("pull_request.completed.failure", dispatch, artifact_url="", test_results=callback_counts)
+        go, answers = threading.Barrier(2), {}
+        sends = {
+            "upload": lambda job=job: upload(ci, job, junit_xml(passed=40, failed=3)),
+            "callback": lambda body=completion: ci.post(body),
+        }
+
+        def send(name, go=go, answers=answers, sends=sends):
+            go.wait()
+            answers[name] = sends[name]().status_code
+
+        threads = [threading.Thread(target=send, args=(name,)) for name in sends]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+        assert answers == {"upload": 202, "callback": 200}
+        job.refresh_from_db()
+        assert (job.status, job.passed, job.failed) == ("completed", 40, 3)
