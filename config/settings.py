@@ -246,6 +246,10 @@ LEVEL_GATES = env.json("LEVEL_GATES", default={})
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
 # No webhook from UPSTREAM_REPO for this long while GitHub answers the App opens a stale_results incident (0: never).
 WEBHOOK_SILENCE_MINUTES = env.int("WEBHOOK_SILENCE_MINUTES", default=120)
+# The journal (relay/reliability/journal.py): entries are signed with this key (empty: one derived from SECRET_KEY) and
+# refused on replay, to the dead letters, when forged or older than JOURNAL_MAX_AGE_HOURS.
+JOURNAL_KEY = env.str("JOURNAL_KEY", default="")
+JOURNAL_MAX_AGE_HOURS = env.float("JOURNAL_MAX_AGE_HOURS", default=72)
 NOTIFY_RETRY_SECONDS = env.float("NOTIFY_RETRY_SECONDS", default=30.0)
 PUBLIC_URL = env.str("PUBLIC_URL", default="")
 _email = env.email_url("EMAIL_URL", default="consolemail://")

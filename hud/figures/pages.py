@@ -43,6 +43,7 @@ from hud.stores.types import (
     Waiting,
 )
 from ootci import levels
+from ootci.journal_figures import journal_figures
 from ootci.models import CallbackRejection, Delivery, Dispatch, PullRequest, lost_cutoff
 
 PER_PAGE = 50
@@ -86,6 +87,7 @@ def relay_health(*, since: datetime) -> RelayHealth:
     dispatches = Dispatch.objects.filter(created_at__gte=since).aggregate(
         **states, lost=Count("id", filter=Q(pk__in=lost)), waiting=Count("id", filter=waiting)
     )
+    journal = journal_figures()
     return RelayHealth(
         deliveries=Delivery.objects.filter(received_at__gte=since).count(),
         dispatches_sent=dispatches[Dispatch.Status.SENT],
@@ -94,6 +96,8 @@ def relay_health(*, since: datetime) -> RelayHealth:
         dispatches_lost=dispatches["lost"],
         dispatches_waiting=dispatches["waiting"],
         callback_rejections=CallbackRejection.objects.filter(received_at__gte=since).count(),
+        journal_waiting=journal[0],
+        journal_dead=journal[1],
     )
 
 

@@ -104,6 +104,8 @@ class RelayHealth:
     dispatches_lost: int
     callback_rejections: int
     dispatches_waiting: int = 0  # pending, waiting out a GitHub outage or rate limit (``retry_at`` set)
+    journal_waiting: int = 0  # requests journaled while the database was down, not yet replayed
+    journal_dead: int = 0  # journal entries refused for good (forged, corrupt, too old)
 
 
 @dataclass(frozen=True)

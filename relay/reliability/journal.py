@@ -16,17 +16,20 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
 from django.conf import settings
+from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 from django.urls import resolve
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare, salted_hmac
 
+from ootci import journal_figures
 from ootci.broker import redis_failed, redis_resting
 from relay.reliability import archive
 
@@ -47,8 +50,28 @@ REPLAY_META = "ootci.journal.received_at"
 REPLAY_BATCH = 500
 
 
+DEAD_KEY = "ootci:journal:dead"
+DEAD_PREFIX = "journal-dead"
+LOCK = "ootci:journal:replay"
+LOCK_SECONDS = 600  # a replay that died lets go of the journal after this
+
+
 class JournalUnavailable(Exception):
     """Neither Redis nor the intermediate store took the entry."""
+
+
+class EntryRefused(ValueError):
+    """An entry that will never be replayed: corrupt, unsigned, forged or too old; ``reason`` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _signature(document: dict[str, Any]) -> str:
+    text = json.dumps({k: v for k, v in document.items() if k != "sig"}, sort_keys=True)
+    key = settings.JOURNAL_KEY or settings.SECRET_KEY
+    return salted_hmac("ootci.relay.journal", text, secret=key, algorithm="sha256").hexdigest()
 
 
 @dataclass(frozen=True)
@@ -67,13 +90,23 @@ class Entry:
             "headers": self.headers,
             "body": base64.b64encode(self.body).decode(),
         }
-        return json.dumps(document).encode()
+        return json.dumps(document | {"sig": _signature(document)}).encode()
 
     @classmethod
     def loads(cls, data: bytes) -> "Entry":
-        d = json.loads(data)
-        received_at = datetime.fromisoformat(d["received_at"])
-        return cls(d["id"], d["kind"], received_at, d["headers"], base64.b64decode(d["body"]))
+        """The entry, or EntryRefused: not a journal entry, not signed with our key (forged or altered)."""
+        try:
+            d = json.loads(data)
+            entry = cls(
+                d["id"], d["kind"], datetime.fromisoformat(d["received_at"]), d["headers"], base64.b64decode(d["body"])
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise EntryRefused(f"not a journal entry ({e.__class__.__name__}: {e})"[:300]) from e
+        if entry.kind not in PATHS:
+            raise EntryRefused(f"unknown kind {entry.kind!r}")
+        if not isinstance(d.get("sig"), str) or not constant_time_compare(d["sig"], _signature(d)):
+            raise EntryRefused("its signature does not match: forged, altered, or signed with another key")
+        return entry
 
 
 def journal_write(*, kind: str, request: HttpRequest, body: bytes) -> Entry:
@@ -115,9 +148,35 @@ def replayed_at(request: HttpRequest) -> datetime | None:
 
 def journal_replay() -> dict[str, int]:
     """Send every journaled request through its endpoint again, oldest first; an entry is removed once its endpoint
-    answered (2xx, or a 4xx refusal: that is its outcome), kept while the database is still down."""
-    counts = {"applied": 0, "refused": 0, "kept": 0}
-    for entry, remove in _entries():
+    answered (2xx, or a 4xx refusal: that is its outcome), kept while the database is still down. One replay at a
+    time (a lock in the cache): two schedules never replay one entry twice. An entry that is corrupt, forged or older
+    than JOURNAL_MAX_AGE_HOURS goes to the dead letters with its reason, and never blocks the others."""
+    counts = {"applied": 0, "refused": 0, "kept": 0, "dead": 0}
+    token = uuid.uuid4().hex
+    try:
+        held = cache.add(LOCK, token, timeout=LOCK_SECONDS)
+    except Exception:  # the cache is the database and it is down: nothing can be applied, nothing twice
+        held = True
+    if not held:
+        logger.info("journal replay: another replay holds the journal")
+        return counts
+    try:
+        _replay_all(counts)
+    finally:
+        _release(token)
+        _figures_count()
+    return counts
+
+
+def _replay_all(counts: dict[str, int]) -> None:
+    cap = timedelta(hours=settings.JOURNAL_MAX_AGE_HOURS)
+    for entry, remove, raw in _entries():
+        if isinstance(entry, EntryRefused) or timezone.now() - entry.received_at > cap:
+            reason = entry.reason if isinstance(entry, EntryRefused) else f"older than {cap} when replayed"
+            _dead_letter(raw, reason)
+            remove()
+            counts["dead"] += 1
+            continue
         try:
             response = _replay(entry)
         except DATABASE_DOWN as e:
@@ -137,7 +196,41 @@ def journal_replay() -> dict[str, int]:
             detail = getattr(response, "data", None) or response.content[:300]
             logger.warning("journaled %s %s refused on replay: %s", entry.kind, entry.id, detail)
         remove()
-    return counts
+
+
+def _release(token: str) -> None:
+    try:
+        if cache.get(LOCK) == token:
+            cache.delete(LOCK)
+    except Exception:
+        logger.warning("journal replay: its lock lapses by itself in %d s", LOCK_SECONDS)
+
+
+def _dead_letter(raw: bytes, reason: str) -> None:
+    """Keep a refused entry where an operator can read it, with its reason (Redis, else the store)."""
+    letter = json.dumps({"reason": reason, "at": timezone.now().isoformat(), "entry": raw.decode("utf-8", "replace")})
+    logger.error("journal entry refused for good: %s", reason)
+    if settings.REDIS_URL and not redis_resting(settings.REDIS_URL):
+        try:
+            _redis().rpush(DEAD_KEY, letter)
+            return
+        except redis.RedisError:
+            pass
+    _store().put(f"{DEAD_PREFIX}/{uuid.uuid4().hex}.json", letter.encode(), content_type="application/json")
+
+
+def _figures_count() -> None:
+    """What the journal holds now, for the relay strip (ootci.journal_figures)."""
+    waiting = dead = 0
+    try:
+        if settings.REDIS_URL and not redis_resting(settings.REDIS_URL):
+            waiting, dead = _redis().llen(REDIS_KEY), _redis().llen(DEAD_KEY)
+        store = _store()
+        waiting += len(list(store.listing(f"{STORE_PREFIX}/")))
+        dead += len(list(store.listing(f"{DEAD_PREFIX}/")))
+        cache.set(journal_figures.KEY, {"waiting": waiting, "dead": dead}, timeout=None)
+    except Exception as e:  # figures only: never the replay's failure
+        logger.warning("journal figures not counted: %s", e)
 
 
 def _replay(entry: Entry) -> HttpResponse:
@@ -150,8 +243,15 @@ def _replay(entry: Entry) -> HttpResponse:
     return resolve(path).func(request)
 
 
+def _loaded(data: bytes) -> "Entry | EntryRefused":
+    try:
+        return Entry.loads(data)
+    except EntryRefused as e:
+        return e
+
+
 def _entries():
-    """(entry, remove) pairs: those in Redis, then those in the store, each list oldest first."""
+    """(entry or EntryRefused, remove, raw) triples: those in Redis, then those in the store, each oldest first."""
     if settings.REDIS_URL and not redis_resting(settings.REDIS_URL):
         try:
             raw = _redis().lrange(REDIS_KEY, 0, REPLAY_BATCH - 1)
@@ -159,12 +259,12 @@ def _entries():
             logger.warning("journal replay: Redis unavailable (%s); its entries wait", e)
             raw = []
         for data in raw:
-            yield Entry.loads(data), lambda data=data: _redis().lrem(REDIS_KEY, 1, data)
+            yield _loaded(data), lambda data=data: _redis().lrem(REDIS_KEY, 1, data), data
     store = _store()
     for key, _ in sorted(store.listing(f"{STORE_PREFIX}/"))[:REPLAY_BATCH]:
         with store.open(key) as f:
             data = f.read()
-        yield Entry.loads(data), lambda key=key: store.delete(key)
+        yield _loaded(data), lambda key=key: store.delete(key), data
 
 
 def _redis_push(entry: Entry) -> bool:

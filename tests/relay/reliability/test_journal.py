@@ -130,10 +130,10 @@ def test_verified_requests_of_an_outage_are_journaled_and_applied_once_it_is_ove
             _redis().llen(journal.REDIS_KEY) if store == "redis" else len(list(journal._store().listing("journal/")))
         )
         assert stored == WEBHOOKS + 2
-        assert tasks.journal_replay() == {"applied": 0, "refused": 0, "kept": 1}  # still down: nothing lost
+        assert tasks.journal_replay() == {"applied": 0, "refused": 0, "kept": 1, "dead": 0}  # still down: nothing lost
         database_starts(cluster)
 
-        assert tasks.journal_replay() == {"applied": WEBHOOKS + 2, "refused": 0, "kept": 0}
+        assert tasks.journal_replay() == {"applied": WEBHOOKS + 2, "refused": 0, "kept": 0, "dead": 0}
 
         assert sorted(Delivery.objects.values_list("delivery_id", flat=True)) == sorted(
             {f"j-{n}" for n in range(WEBHOOKS)} | {dispatch.delivery.delivery_id}
@@ -144,7 +144,7 @@ def test_verified_requests_of_an_outage_are_journaled_and_applied_once_it_is_ove
         assert len(fake_github.dispatches()) == 2 * WEBHOOKS
         job = JobResult.objects.get()
         assert (job.status, job.conclusion, job.one_shot) == ("completed", "failure", False)
-        assert tasks.journal_replay() == {"applied": 0, "refused": 0, "kept": 0}
+        assert tasks.journal_replay() == {"applied": 0, "refused": 0, "kept": 0, "dead": 0}
 
 
 def test_a_replay_after_a_partial_success_changes_nothing(
@@ -162,7 +162,7 @@ def test_a_replay_after_a_partial_success_changes_nothing(
         # Replays that died before removing what they had applied: every webhook, the job's last report. (Its
         # in_progress again after the completed would be refused 409, as a late retry from the job is.)
         _redis().rpush(journal.REDIS_KEY, *entries[:WEBHOOKS], entries[-1])
-        assert tasks.journal_replay() == {"applied": WEBHOOKS + 1, "refused": 0, "kept": 0}
+        assert tasks.journal_replay() == {"applied": WEBHOOKS + 1, "refused": 0, "kept": 0, "dead": 0}
 
         assert state() == before
         assert len(fake_github.dispatches()) == 2 * WEBHOOKS
@@ -179,7 +179,7 @@ def test_the_replay_checks_everything_again(client, cluster, database, oidc_issu
         database_starts(cluster)
         Backend.objects.filter(repo="org/a").update(enabled=False)  # disabled meanwhile: refused on replay
 
-        assert tasks.journal_replay() == {"applied": 0, "refused": 2, "kept": 0}
+        assert tasks.journal_replay() == {"applied": 0, "refused": 2, "kept": 0, "dead": 0}
 
         assert not JobResult.objects.exists()
         assert sorted(CallbackRejection.objects.values_list("repo", "status_code")) == [
