@@ -1,8 +1,10 @@
 """The zombie sweeper: in-progress jobs past ZOMBIE_TIMEOUT_HOURS become timed_out; lost dispatches are counted."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_q.models import Schedule
@@ -143,3 +145,39 @@ def test_every_scheduled_task_names_a_function_that_exists():
     assert funcs
     for func in funcs:
         assert callable(import_string(func)), func
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweeper_racing_a_late_completion_leaves_the_callbacks_result(downstream, settings):
+    # Both at once, five times: whichever the database serves first, the genuine completion is what remains.
+    settings.ZOMBIE_TIMEOUT_HOURS = 1
+    ci = downstream()
+    for _ in range(5):
+        dispatch = ci.dispatch()
+        assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
+        JobResult.objects.filter(delivery_id=dispatch.delivery.delivery_id).update(
+            started_at=timezone.now() - timedelta(hours=2)
+        )
+        go, answers = threading.Barrier(2), {}
+        completion = ci.body("pull_request.completed.failure", dispatch)
+
+        def sweep(go=go):
+            go.wait()
+            try:
+                sweeper.jobs_sweep()
+            finally:
+                connection.close()
+
+        def complete(go=go, answers=answers, body=completion):
+            go.wait()
+            answers["callback"] = ci.post(body).status_code
+
+        threads = [threading.Thread(target=sweep), threading.Thread(target=complete)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+        assert answers["callback"] == 200
+        job = JobResult.objects.get(delivery_id=dispatch.delivery.delivery_id)
+        assert (job.status, job.conclusion, job.relay_decided) == ("completed", "failure", False)
