@@ -111,6 +111,8 @@ class Notification(models.Model):
     last_error = models.TextField(blank=True)
     external_id = models.CharField(max_length=100, blank=True, help_text="The GitHub issue number, once opened")
     sent_state = models.CharField(max_length=10, blank=True, help_text="The incident state last sent")
+    # Held by the sender while it talks to GitHub, a webhook or a mail server: a claim, never a lock across the call.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -77,6 +77,34 @@ def notification_send(*, notification_id: int, attempt: int = 1) -> str:
     )
     if n is None:
         return "gone"
+    claim = _notification_claim(n.pk)
+    if claim is None:  # another sender is at it: this one comes back after it
+        _send_again(n.pk, attempt, wait=settings.NOTIFY_RETRY_SECONDS)
+        return "busy"
+    try:
+        return _notification_sent(n, attempt)
+    finally:
+        Notification.objects.filter(pk=n.pk, claimed_at=claim).update(claimed_at=None)
+
+
+def _notification_claim(pk: int):
+    now = timezone.now()
+    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - timedelta(seconds=4 * settings.GITHUB_TIMEOUT_SECONDS))
+    return now if Notification.objects.filter(free, pk=pk).update(claimed_at=now) else None
+
+
+def _send_again(pk: int, attempt: int, *, wait: float) -> None:
+    schedule(
+        "relay.tasks.notification_send",
+        pk,
+        attempt,
+        schedule_type=Schedule.ONCE,
+        next_run=timezone.now() + timedelta(seconds=wait),
+    )
+
+
+def _notification_sent(n: Notification, attempt: int) -> str:
+    """Send it (the channel's sender calls out, no transaction held) and record what happened after."""
     try:
         target = SENDERS[n.channel.kind](n)
     except SEND_ERRORS as e:
@@ -87,14 +115,7 @@ def notification_send(*, notification_id: int, attempt: int = 1) -> str:
             logger.warning("notification %s failed after %d tries: %s", n.pk, attempt, n.last_error)
             return "failed"
         n.save(update_fields=["attempts", "last_error", "updated_at"])
-        wait = settings.NOTIFY_RETRY_SECONDS * 2 ** (attempt - 1)
-        schedule(
-            "relay.tasks.notification_send",
-            n.pk,
-            attempt + 1,
-            schedule_type=Schedule.ONCE,
-            next_run=timezone.now() + timedelta(seconds=wait),
-        )
+        _send_again(n.pk, attempt + 1, wait=settings.NOTIFY_RETRY_SECONDS * 2 ** (attempt - 1))
         return "retrying"
     n.status, n.attempts, n.last_error, n.target = Notification.Status.SENT, attempt, "", target
     n.sent_state = n.incident.state

@@ -419,3 +419,15 @@ def test_a_relay_without_webhooks_while_github_answers_opens_an_incident(fake_gi
     now = timezone.now()
     Delivery.objects.create(delivery_id="new", event="push", upstream_repo=UPSTREAM, received_at=now, payload={})
     assert incidents.relay_silence_evaluate(now=timezone.now()) == "resolved"
+
+
+@pytest.mark.django_db
+def test_a_notification_another_sender_holds_is_left_to_it_and_tried_again(l4, fake_github, run_now):
+    fake_github.comment_answers_lost = 1  # the first send fails: the notification stays pending
+    run_now(pr_job(l4, "ut", "failure", tests=["test_add"]))
+    notification = Notification.objects.get()
+    Notification.objects.filter(pk=notification.pk).update(claimed_at=timezone.now())  # a sender at work
+
+    assert notify.notification_send(notification_id=notification.pk, attempt=2) == "busy"
+    assert len(fake_github.requests_to("POST", COMMENTS)) == 1  # nothing sent meanwhile
+    assert Schedule.objects.filter(func="relay.tasks.notification_send", args=f"({notification.pk}, 2)").exists()
