@@ -132,6 +132,7 @@ class FakeGitHub:
         # Comments created but answered 502, as if GitHub wrote and the answer was lost (or the caller died after).
         self.comment_answers_lost = 0
         self.issue_answers_lost = 0  # the same for issues
+        self.comment_answer_delay = 0.0  # seconds a comment's answer waits after GitHub wrote it (a worker to kill)
         self.route("POST", REPO + r"/issues/(?P<number>\d+)/comments")(_comment_create)
         self.route("GET", REPO + r"/issues/(?P<number>\d+)/comments")(_comments_list)
         self.route("PATCH", REPO + r"/issues/comments/(?P<id>\d+)")(_comment_update)
@@ -565,9 +566,11 @@ def _comment_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
         cid = 9000 + len(fake.comments) + 1
         fake.comments[cid] = {"id": cid, "repo": repo, "issue": int(m["number"]), "body": body["body"], "edits": 0}
         comment = dict(fake.comments[cid])
+        delay = fake.comment_answer_delay
         if fake.comment_answers_lost > 0:
             fake.comment_answers_lost -= 1
             return Reply(502, {"message": "Server Error"})
+    time.sleep(delay)  # written; the answer is not sent yet
     return Reply(201, comment | {"url": f"{fake.url}/repos/{repo}/issues/comments/{cid}"})
 
 

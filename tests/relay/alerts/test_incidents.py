@@ -2,7 +2,12 @@
 HTTP (the fake GitHub for PR comments and issues, a local receiver for the webhook) or Django's locmem outbox."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -431,3 +436,52 @@ def test_a_notification_another_sender_holds_is_left_to_it_and_tried_again(l4, f
     assert notify.notification_send(notification_id=notification.pk, attempt=2) == "busy"
     assert len(fake_github.requests_to("POST", COMMENTS)) == 1  # nothing sent meanwhile
     assert Schedule.objects.filter(func="relay.tasks.notification_send", args=f"({notification.pk}, 2)").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_between_githubs_answer_and_the_database_write_leaves_one_comment(
+    l4, fake_github, settings, app_key, tmp_path
+):
+    # The sender runs in a worker process of its own; GitHub writes the comment and holds its answer while the worker
+    # is killed (SIGKILL: no cleanup, no database write). The next send finds the comment by its marker.
+    job = pr_job(l4, "ut", "failure", tests=["test_add"])
+    incidents.job_alerts_evaluate(job_id=job.pk)  # Q_SYNC sends it inline: undo that, the worker below must
+    Notification.objects.update(status="pending", sent_state="", attempts=0)
+    PrComment.objects.update(comment_id=None, body="")
+    fake_github.comments.clear()
+    fake_github.comment_answer_delay = 30
+    notification = Notification.objects.get()
+    key = tmp_path / "app.pem"
+    key.write_text(app_key.private_pem)
+    db = connection.settings_dict
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DJANGO_DEBUG": "true",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": "",
+        "GITHUB_API_URL": fake_github.url,
+        "GITHUB_APP_ID": settings.GITHUB_APP_ID,
+        "GITHUB_APP_PRIVATE_KEY": str(key),
+        "UPSTREAM_REPO": UPSTREAM,
+    }
+    code = (
+        "import django; django.setup(); from relay.alerts import notify; "
+        f"notify.notification_send(notification_id={notification.pk})"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR)
+    deadline = time.monotonic() + 30
+    while not fake_github.comments:
+        assert time.monotonic() < deadline and worker.poll() is None, "the worker never reached GitHub"
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    assert PrComment.objects.get(backend=None).comment_id is None  # the database never heard of it
+    fake_github.comment_answer_delay = 0
+    settings.GITHUB_TIMEOUT_SECONDS = 1  # the dead worker's claims lapse after 4 timeouts
+    time.sleep(4.1)
+
+    assert notify.notification_send(notification_id=notification.pk, attempt=2) == "sent"
+
+    assert len(fake_github.comments) == 1
+    [comment] = fake_github.comments.values()
+    assert PrComment.objects.get(backend=None).comment_id == comment["id"] and comment["edits"] <= 1
