@@ -41,6 +41,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from hud.figures import pages
 from hud.readiness import figures as hud_readiness
@@ -63,7 +64,8 @@ from hud.stores.types import (
     RelayHealth,
     Summary,
 )
-from ootci import gates, governance, levels
+from ootci import gates, governance, levels, staleness
+from ootci.models import Backend
 
 SPARK_DAYS = 14
 
@@ -240,3 +242,11 @@ def metrics(*, days: int, event: str, now: datetime | None = None) -> list[Metri
     """Daily pass rate per L2+ backend (L4 first, then by repo); days without runs are gaps."""
     daily = daily_pass_rates(days=days, event=event, now=now)
     return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in allowlisted.shown()]
+
+
+def silent(backend_ids: list[int]) -> dict[int, str]:
+    """What ootci.staleness says of the silent ones among these backends ("silent for 31 h (no nightly result)"):
+    four queries for any number of backends."""
+    now = timezone.now()
+    found = staleness.silences(list(Backend.objects.filter(pk__in=backend_ids)), now=now) if backend_ids else {}
+    return {bid: silence.text(now) for bid, silence in found.items()}

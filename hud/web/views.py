@@ -24,9 +24,8 @@ from hud.readiness import impact
 from hud.stores import allowlisted, fallback
 from hud.stores.types import BackendInfo, BackendStats, Matrix, PrGroup
 from hud.web import badges, params
-from ootci import allowlist, staleness
+from ootci import allowlist
 from ootci.http import errors
-from ootci.models import Backend
 
 FRAGMENT_HEADER = "X-HUD-Fragment"
 FAILING = ("test", "infra")
@@ -58,19 +57,12 @@ def backend_or_404(org: str, repo: str) -> BackendInfo:
     return found
 
 
-def silent_now(backend_ids: list[int]) -> dict[int, str]:
-    """What ootci.staleness says of the silent ones among these backends ("silent for 31 h (no nightly result)")."""
-    now = timezone.now()
-    found = staleness.silences(list(Backend.objects.filter(pk__in=backend_ids)), now=now) if backend_ids else {}
-    return {bid: silence.text(now) for bid, silence in found.items()}
-
-
 def index(request: HttpRequest) -> HttpResponse:
     days, event = params.days(request), params.event(request)
     overview = queries.overview(days=days, event=event)
     empty = not any(overview.sections.values()) and not overview.listed
     context = {"overview": overview, "days": days, "event": event, "empty": empty, "day_choices": params.DAYS}
-    context["silent"] = silent_now([row.backend.id for rows in overview.sections.values() for row in rows])
+    context["silent"] = queries.silent([row.backend.id for rows in overview.sections.values() for row in rows])
     return render_page(request, "index", context)
 
 
@@ -109,7 +101,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         "failures": failing_queries.job_failures(failed_ids),
         "auto": failing_queries.auto_retries(job for row in matrix.rows for job in row.cells.values()),
         "badge_markdown": badge_markdown(request, info),
-        "silent": silent_now([info.id]).get(info.id, ""),
+        "silent": queries.silent([info.id]).get(info.id, ""),
     }
     return render_page(request, "backend", context)
 
@@ -221,7 +213,7 @@ def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     verdict = queries.readiness(shown=[info])[info.id]
     days = verdict.promotion.days
     found = impact.impact(info.id, since=timezone.now() - timedelta(days=days), days=days)
-    context = {"backend": info, "r": verdict, "impact": found, "silent": silent_now([info.id]).get(info.id, "")}
+    context = {"backend": info, "r": verdict, "impact": found, "silent": queries.silent([info.id]).get(info.id, "")}
     return render(request, "hud/readiness.html", context)
 
 
@@ -233,7 +225,7 @@ def badge(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     counts = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats()).counts
     rate = counts.pass_rate
     message = f"{info.level} · {'no data' if rate is None else f'{rate:g}%'}"
-    if silent := silent_now([info.id]).get(info.id):  # a green rate of results that stopped coming would mislead
+    if silent := queries.silent([info.id]).get(info.id):  # a green rate of results that stopped coming would mislead
         message, rate = f"{info.level} · {silent.split(' (')[0]}", None
     title = f"{info.repo}: {info.level}, pass rate of {event} jobs over {days} days"
     svg = badges.badge_svg(label="OOT CI", message=message, pass_rate=rate, title=title)

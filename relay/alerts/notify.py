@@ -24,12 +24,11 @@ import requests
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import verdicts
+from ootci import claims, verdicts
 from ootci.models import AlertRule, Incident, Notification, NotificationChannel, PrComment
 from relay.github import client as github
 
@@ -77,7 +76,7 @@ def notification_send(*, notification_id: int, attempt: int = 1) -> str:
     )
     if n is None:
         return "gone"
-    claim = _notification_claim(n.pk)
+    claim = claims.claim(Notification.objects.filter(pk=n.pk), "claimed_at", stale=_claim_stale())
     if claim is None:  # another sender is at it: this one comes back after it
         _send_again(n.pk, attempt, wait=settings.NOTIFY_RETRY_SECONDS)
         return "busy"
@@ -87,10 +86,9 @@ def notification_send(*, notification_id: int, attempt: int = 1) -> str:
         Notification.objects.filter(pk=n.pk, claimed_at=claim).update(claimed_at=None)
 
 
-def _notification_claim(pk: int):
-    now = timezone.now()
-    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - timedelta(seconds=4 * settings.GITHUB_TIMEOUT_SECONDS))
-    return now if Notification.objects.filter(free, pk=pk).update(claimed_at=now) else None
+def _claim_stale() -> timedelta:
+    """How long a sender's claim holds: longer than its calls out can take."""
+    return timedelta(seconds=4 * settings.GITHUB_TIMEOUT_SECONDS)
 
 
 def _send_again(pk: int, attempt: int, *, wait: float) -> None:
@@ -202,7 +200,7 @@ def pr_comment_send(n: Notification) -> str:
     incident = n.incident
     repo, number = incident.details.get("upstream_repo") or settings.UPSTREAM_REPO, incident.pr_number
     row, _ = PrComment.objects.get_or_create(backend=None, upstream_repo=repo, pr_number=number)
-    claim = _comment_claim(row.pk)
+    claim = claims.claim(PrComment.objects.filter(pk=row.pk), "claimed_at", stale=_claim_stale())
     if claim is None:
         raise github.GitHubError(f"another sender is writing the comment on {repo}#{number}", retryable=True)
     try:
@@ -229,14 +227,6 @@ def pr_comment_send(n: Notification) -> str:
     finally:
         PrComment.objects.filter(pk=row.pk, claimed_at=claim).update(claimed_at=None)
     return f"{repo}#{number}"
-
-
-def _comment_claim(pk: int):
-    """Claim the PR's comment row: the claim's time, or None while another sender's claim is fresh (younger than
-    four GitHub timeouts: a sender that died lets go by then)."""
-    now = timezone.now()
-    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - timedelta(seconds=4 * settings.GITHUB_TIMEOUT_SECONDS))
-    return now if PrComment.objects.filter(free, pk=pk).update(claimed_at=now) else None
 
 
 def comment_marker(repo: str, number: int) -> str:

@@ -24,7 +24,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import baseline, jobs
+from ootci import baseline, claims, jobs
 from ootci.models import Event, JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
 from ootci.reports import junit
@@ -254,7 +254,10 @@ def report_parse(*, report_id: int) -> str:
     """Parse a pending report from the intermediate store; all its rows or none. Safe to run twice, and never
     holding a transaction or a row lock while it reads the store and parses (up to 50 MB): the task claims the report
     by a conditional UPDATE, reads and parses, then writes its rows in one short transaction if it still holds it."""
-    claim = _parse_claim(report_id)
+    # Claimed while parsing: not pending any more, or another parse's fresh claim (one that died lets go after
+    # PARSE_CLAIM), means this one has nothing to do.
+    pending = TestReport.objects.filter(pk=report_id, state=TestReport.State.PENDING)
+    claim = claims.claim(pending, "parse_claimed_at", stale=PARSE_CLAIM)
     report = TestReport.objects.select_related("job__backend").filter(pk=report_id).first()
     if report is None or claim is None:
         return (
@@ -287,15 +290,6 @@ def report_parse(*, report_id: int) -> str:
         _report_ended(report, TestReport.State.PARSED, "")
         job_counts_from_reports(job)
     return TestReport.State.PARSED
-
-
-def _parse_claim(report_id: int):
-    """Claim a pending report for parsing: the claim's time, or None when it is not pending or another parse holds a
-    fresh claim (one that died lets go after PARSE_CLAIM)."""
-    now = timezone.now()
-    free = Q(parse_claimed_at__isnull=True) | Q(parse_claimed_at__lt=now - PARSE_CLAIM)
-    rows = TestReport.objects.filter(free, pk=report_id, state=TestReport.State.PENDING)
-    return now if rows.update(parse_claimed_at=now) else None
 
 
 def _still_held(report_id: int, claim) -> bool:

@@ -51,13 +51,3 @@ def _retry_noted(job: JobResult, note: str) -> str:
 
 def _superseded(job: JobResult) -> bool:
     return job.attempts().values_list("pk", flat=True).first() != job.pk
-
-
-def auto_retried(job: JobResult) -> bool:
-    """Whether this attempt is the relay's automatic re-run of the one before it (the cell says "auto")."""
-    if job.run_attempt < 2:
-        return False
-    before = JobResult.objects.filter(
-        backend_id=job.backend_id, run_id=job.run_id, run_attempt=job.run_attempt - 1, job_name=job.job_name
-    )
-    return before.filter(auto_retry_at__isnull=False).exists()
