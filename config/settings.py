@@ -192,6 +192,16 @@ GITHUB_WEBHOOK_SECRET = env.str("GITHUB_WEBHOOK_SECRET", default="")
 OIDC_ISSUER = env.str("OIDC_ISSUER", default="https://token.actions.githubusercontent.com").rstrip("/")
 OIDC_AUDIENCE = env.str("OIDC_AUDIENCE", default="pytorch-cross-repo-ci-relay")
 OIDC_JWKS_URL = env.str("OIDC_JWKS_URL", default="") or f"{OIDC_ISSUER}/.well-known/jwks"
+# Buildkite's agent tokens: issuer and key set are trust anchors, set here only (never from the database); its
+# pipelines are mapped to backends in the database (ootci.models.identities). An empty issuer refuses Buildkite.
+OIDC_BUILDKITE_ISSUER = env.str("OIDC_BUILDKITE_ISSUER", default="https://agent.buildkite.com").rstrip("/")
+OIDC_BUILDKITE_JWKS_URL = env.str("OIDC_BUILDKITE_JWKS_URL", default="") or f"{OIDC_BUILDKITE_ISSUER}/.well-known/jwks"
+if OIDC_BUILDKITE_ISSUER and (OIDC_BUILDKITE_ISSUER == OIDC_ISSUER or OIDC_BUILDKITE_JWKS_URL == OIDC_JWKS_URL):
+    # One key set trusted for two issuers would let a token of one CI system speak for the other's identities.
+    raise ImproperlyConfigured("OIDC_BUILDKITE_ISSUER and its JWKS URL must differ from OIDC_ISSUER and OIDC_JWKS_URL.")
+# How long a process keeps its copy of the Buildkite pipeline map: an edit in the admin or by import_ci_providers
+# takes effect within this many seconds, with no restart.
+OIDC_IDENTITY_MAP_SECONDS = env.float("OIDC_IDENTITY_MAP_SECONDS", default=30)
 # Seconds between forced JWKS refetches for an unknown `kid` (a token with a made-up kid must not make us hammer
 # the issuer); the key set itself is cached for 5 minutes.
 OIDC_JWKS_REFRESH_COOLDOWN_SECONDS = env.float("OIDC_JWKS_REFRESH_COOLDOWN_SECONDS", default=30)

@@ -6,4 +6,4 @@ class OotciConfig(AppConfig):
     verbose_name = "Allowlist"
 
     def ready(self) -> None:
-        from ootci.admin import alerts, backends, disabled, failures, governance  # noqa: F401  (they register)
+        from ootci.admin import alerts, backends, disabled, failures, governance, identities  # noqa: F401 (they register)

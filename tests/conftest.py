@@ -5,6 +5,8 @@ import pytest
 from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend
+from tests.fakes.buildkite import ISSUER as BUILDKITE_ISSUER
+from tests.fakes.buildkite import FakeBuildkite
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
 
 
@@ -42,6 +44,17 @@ def oidc_issuer(settings):
     settings.OIDC_AUDIENCE = AUDIENCE
     yield issuer
     issuer.stop()
+
+
+@pytest.fixture
+def buildkite(settings, oidc_issuer):
+    """A fake Buildkite (its OIDC issuer's key set and agent API, real HTTP) beside the fake GitHub Actions issuer;
+    the settings trust it as Buildkite, its tokens naming the real issuer, https://agent.buildkite.com."""
+    fake = FakeBuildkite().start()
+    settings.OIDC_BUILDKITE_ISSUER = BUILDKITE_ISSUER
+    settings.OIDC_BUILDKITE_JWKS_URL = fake.jwks_url
+    yield fake
+    fake.stop()
 
 
 @pytest.fixture

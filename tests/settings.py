@@ -20,6 +20,10 @@ os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
 os.environ.setdefault("Q_SYNC", "true")
 # Every HUD test sees the figures of its own data, never a cached copy from another test.
 os.environ.setdefault("HUD_CACHE_SECONDS", "0")
+# No test fetches Buildkite's real key set: the tests that accept Buildkite tokens point this at a fake issuer.
+os.environ.setdefault("OIDC_BUILDKITE_JWKS_URL", "http://127.0.0.1:9/buildkite/.well-known/jwks")
+# Every test sees the Buildkite pipeline map it made; the test of a map edit taking effect sets its own delay.
+os.environ.setdefault("OIDC_IDENTITY_MAP_SECONDS", "0")
 
 from config.settings import *  # noqa: E402, F403
 

@@ -13,7 +13,8 @@ from django.utils.safestring import mark_safe
 
 from ootci import gates, governance, levels
 from ootci.admin.base import ReadOnlyInline, RecordAdmin
-from ootci.models import Backend, DeferredTask, Event, JobResult, LevelChange
+from ootci.admin.identities import BuildkitePipelineInline, IdentityChangeInline, pipelines_saved
+from ootci.models import Backend, BuildkitePipeline, DeferredTask, Event, JobResult, LevelChange
 
 admin.site.site_header = "OOT CI administration"
 admin.site.site_title = "OOT CI"
@@ -30,7 +31,8 @@ class BackendForm(forms.ModelForm):
     reason = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
-        help_text="Why the level changes; required when it does, recorded in the level history and its review",
+        help_text="Why the level or the Buildkite pipelines change; required when the level does, recorded in the "
+        "level history and its review, and in the CI identity history",
     )
     confirm_jump = forms.BooleanField(
         required=False, label="Confirm a jump of more than one level", help_text="Needed to skip a level"
@@ -126,7 +128,7 @@ class BackendAdmin(admin.ModelAdmin):
     list_filter = ["level", VerdictFilter, "device", "enabled"]
     search_fields = ["repo", "device", "notes"]
     readonly_fields = ["readiness_detail"]
-    inlines = [LevelChangeInline]
+    inlines = [BuildkitePipelineInline, LevelChangeInline, IdentityChangeInline]
     actions = ["promote", "demote"]
 
     @admin.display(description="on-calls")
@@ -171,6 +173,12 @@ class BackendAdmin(admin.ModelAdmin):
             obj.level = form.initial["level"]  # moved below, with its audit row and review
             super().save_model(request, obj, form, change)
             governance.level_change_reviewed(backend=obj, to=level, reason=reason, user=request.user)
+
+    def save_formset(self, request, form, formset, change: bool) -> None:
+        if formset.model is BuildkitePipeline:  # each mapping change with its audit row (ootci.identities)
+            pipelines_saved(request, formset, reason=form.cleaned_data.get("reason", ""))
+        else:
+            super().save_formset(request, form, formset, change)
 
     @admin.action(description="Promote selected backends one level")
     def promote(self, request, queryset):

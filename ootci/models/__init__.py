@@ -1,6 +1,7 @@
 """The shared domain's models, one module per area; everything is importable from ``ootci.models``.
 
 - ``core``: the allowlist (Backend, LevelChange).
+- ``identities``: CI identities that are not a repository claim (BuildkitePipeline) and their audit (IdentityChange).
 - ``runs``: upstream pull requests and deliveries, dispatches, job results, refused callbacks.
 - ``reports``: per-test results (TestReport, TestCase).
 - ``failures``: the log classifier's rules and each failed job's classification.
@@ -24,6 +25,7 @@ from ootci.models.core import (
 from ootci.models.disabled import DisabledTest
 from ootci.models.failures import Exoneration, FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
+from ootci.models.identities import BuildkitePipeline, IdentityChange, claims_unmet, required_claims_problem
 from ootci.models.reports import TestCase, TestReport
 from ootci.models.runs import (
     CallbackRejection,
@@ -44,6 +46,7 @@ __all__ = [
     "PrComment",
     "REPO_PATTERN",
     "Backend",
+    "BuildkitePipeline",
     "CallbackRejection",
     "DeferredTask",
     "Delivery",
@@ -56,6 +59,7 @@ __all__ = [
     "JobFailure",
     "JobResult",
     "GateNotice",
+    "IdentityChange",
     "LevelChange",
     "LevelReview",
     "PullRequest",
@@ -63,8 +67,10 @@ __all__ = [
     "TestReport",
     "TemporaryDowngrade",
     "allowlisted_level",
+    "claims_unmet",
     "default_events",
     "lost_cutoff",
+    "required_claims_problem",
     "reserved_org_problem",
     "validate_repo",
 ]

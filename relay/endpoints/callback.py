@@ -100,7 +100,8 @@ class CallbackApi(APIView):
     @extend_schema(
         operation_id="github_callback",
         summary="Report a downstream job's progress (the cross-repo-ci-relay-callback action's body)",
-        description="Authorization: Bearer <GitHub Actions OIDC token>; its `repository` claim is the reporter. "
+        description="Authorization: Bearer <GitHub Actions or Buildkite OIDC token>: a GitHub Actions token's "
+        "`repository` claim is the reporter; a Buildkite token reports as the backend its pipeline is mapped to. "
         "The body is the dispatch's client_payload echoed back, plus `workflow`.",
         request={"application/json": InputSerializer},
         responses={
@@ -115,7 +116,9 @@ class CallbackApi(APIView):
             400: OpenApiResponse(RefusalSerializer, "The body is not JSON or not a valid report."),
             401: OpenApiResponse(RefusalSerializer, "The OIDC token is missing or not valid."),
             403: OpenApiResponse(
-                RefusalSerializer, "The repository is not allowed to report, or not on this delivery."
+                RefusalSerializer,
+                "The repository is not allowed to report, or not on this delivery; or the Buildkite pipeline is not "
+                "mapped to a backend, or its build lacks the mapping's required claims.",
             ),
             409: OpenApiResponse(RefusalSerializer, "The report does not follow the job's state machine."),
             413: OpenApiResponse(RefusalSerializer, "The body is over 2 MB."),
@@ -131,7 +134,11 @@ class CallbackApi(APIView):
             too_large="The body is {length} bytes; callbacks are limited to {limit} bytes (2 MB).",
         )
         replayed = journal.replayed_at(request)
-        self.repo = verified_repo(request, at=replayed)
+        try:
+            self.repo = verified_repo(request, at=replayed)
+        except Refused as e:  # counted for the backend a Buildkite pipeline would have reported as, when mapped
+            self.repo = e.repo
+            raise
         self.rate_counted = replayed is not None  # a replay was counted when it first came
         try:
             return self._apply(request)

@@ -30,6 +30,7 @@ class Refused(exceptions.APIException):
         self.status_code = status_code
         self.wait = wait
         self.auth_header = auth_header
+        self.repo = ""  # the backend a refused caller would have reported as, when known
 
 
 def body_size_check(request: Request, *, limit: int, too_large: str) -> None:
@@ -51,10 +52,16 @@ def body_json(request: Request, *, display_only: tuple[str, ...] = ()) -> Any:
 
 
 def verified_repo(request: Request, *, at: datetime | None = None) -> str:
+    """The repository the request's OIDC token speaks for (GitHub Actions or a mapped Buildkite pipeline); 401 for a
+    bad token, 403 for a valid one whose CI identity may not report (``repo`` set when it is mapped), 503."""
     try:
         return oidc.oidc_repository_verify(authorization=request.headers.get("Authorization", ""), at=at)
     except oidc.OidcUnavailable as e:
         raise Refused(503, e.detail, wait=STORE_RETRY_SECONDS) from e
+    except oidc.OidcRefused as e:
+        refused = Refused(403, e.detail)
+        refused.repo = e.repo
+        raise refused from e
     except oidc.OidcError as e:
         raise Refused(401, e.detail, auth_header='Bearer realm="ootci"') from e
 

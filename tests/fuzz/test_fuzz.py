@@ -1,6 +1,7 @@
 """Property-based fuzzing of every way in: signed webhooks, callbacks with valid tokens, hostile tokens, HUD and API
-query strings (the failing-tests view, failures, readiness and badge URLs among them), CRCR ingest bodies, and the
-untrusted uploads — test reports and job logs as zip, tar, gzip and XML bombs, path tricks, truncations, wrong
+query strings (the failing-tests view, failures, readiness and badge URLs among them), tokens of one issuer dressed as
+the other's (GitHub Actions and Buildkite: keys, `iss`, identity claims, `alg` and `kid` mixed), CRCR ingest bodies,
+and the untrusted uploads — test reports and job logs as zip, tar, gzip and XML bombs, path tricks, truncations, wrong
 content types and encodings (tests/fuzz/archives.py). The property: every answer is 2xx, 3xx or 4xx, a JSON
 endpoint's 4xx carries a ``detail``, and a refused request writes no row.
 
@@ -17,12 +18,13 @@ from collections import Counter
 from urllib.parse import quote
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jwt.algorithms import RSAAlgorithm
+from jwt.algorithms import HMACAlgorithm, RSAAlgorithm
 
-from ootci.models import Delivery, Dispatch, JobResult, PullRequest
-from tests.fakes.oidc import AUDIENCE, Downstream, reporter_body
+from ootci.models import BuildkitePipeline, Delivery, Dispatch, JobResult, PullRequest
+from tests.fakes.oidc import AUDIENCE, Downstream, SigningKey, reporter_body
 from tests.fuzz import archives
 from tests.fuzz import strategies as hostile
 from tests.hud import scenario
@@ -210,6 +212,68 @@ def test_hostile_token_headers_and_claims(client, downstream_ci, data):
             "/github/callback", data=body, content_type="application/json", headers={"Authorization": f"Bearer {token}"}
         )
     )
+
+
+ATTACKER = SigningKey()  # published by neither issuer
+
+
+@st.composite
+def confused_tokens(draw, issuers: dict[str, object], repo: str, ids: dict[str, str]) -> tuple[str, dict]:
+    """A token signed by one party's key that names any issuer, carries any issuer's identity claims, and may bend its
+    ``alg`` and ``kid``; with what it was made of."""
+    keys = {"github": issuers["github"].signing_key, "buildkite": issuers["buildkite"].signing_key, "none": ATTACKER}
+    made = {
+        "signer": draw(st.sampled_from(list(keys)), label="signer"),
+        "named": draw(st.sampled_from(["github", "buildkite", "other"]), label="named"),
+        "identity": draw(st.sampled_from(["repository", "pipeline", "both", "neither"]), label="identity"),
+        "alg": draw(st.sampled_from(["RS256", "RS256", "RS256", "RS512", "HS256", "none"]), label="alg"),
+    }
+    key = keys[made["signer"]]
+    made["kid"] = draw(st.sampled_from([key.kid, *(k.kid for k in keys.values()), "made-up", ""]), label="kid")
+    now = int(time.time())
+    iss = {"github": issuers["github"].issuer, "buildkite": issuers["buildkite"].issuer}.get(made["named"], "https://x")
+    claims: dict = {"iss": iss, "aud": AUDIENCE, "iat": now, "exp": now + 300}
+    if made["identity"] in ("repository", "both"):
+        claims["repository"] = repo
+    if made["identity"] in ("pipeline", "both"):
+        claims |= ids
+    extra = st.sampled_from(["build_branch", "organization_slug", "pipeline_slug", "sub", "repository_owner"])
+    claims |= draw(st.dictionaries(extra, hostile.hostile_values, max_size=2), label="extra claims")
+    header = {"alg": made["alg"], "typ": "JWT", "kid": made["kid"]}
+    signing_input = f"{hostile.b64url(header)}.{hostile.b64url(claims)}".encode()
+    if made["alg"] == "HS256":  # keyed with the public key: the alg confusion
+        public = key.private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        signature = HMACAlgorithm(HMACAlgorithm.SHA256).sign(signing_input, public)
+    elif made["alg"] == "none":
+        signature = b""
+    else:
+        digest = RSAAlgorithm.SHA256 if made["alg"] == "RS256" else RSAAlgorithm.SHA512
+        signature = RSAAlgorithm(digest).sign(signing_input, key.private)
+    return f"{signing_input.decode()}.{hostile.b64url(signature)}", made
+
+
+@FUZZ
+@given(data=st.data())
+def test_tokens_of_one_issuer_dressed_as_the_other(client, downstream_ci, buildkite, data):
+    """The property beyond the module's: a token is accepted only when signed by the key of the issuer it names,
+    RS256, under that key's own id, carrying that issuer's identity and not the other's."""
+    ci, _ = downstream_ci()
+    ids = {"organization_id": str(uuid.uuid4()), "pipeline_id": str(uuid.uuid4())}
+    BuildkitePipeline.objects.create(backend=ci.backend, **ids)
+    token, made = data.draw(confused_tokens({"github": ci.issuer, "buildkite": buildkite}, ci.repo, ids))
+    body = hostile.dumps(reporter_body("nightly.completed"))
+
+    response = send(
+        lambda: client.post(
+            "/github/callback", data=body, content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+        )
+    )
+
+    if response.status_code < 300:
+        own = {"github": "repository", "buildkite": "pipeline"}.get(made["named"])
+        assert (made["signer"], made["alg"], made["identity"]) == (made["named"], "RS256", own), made
 
 
 @st.composite

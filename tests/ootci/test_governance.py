@@ -36,6 +36,10 @@ def change_form(client, backend, **changes):
         "enabled": "on",
         "level_changes-TOTAL_FORMS": "0",
         "level_changes-INITIAL_FORMS": "0",
+        "buildkite_pipelines-TOTAL_FORMS": "0",
+        "buildkite_pipelines-INITIAL_FORMS": "0",
+        "identity_changes-TOTAL_FORMS": "0",
+        "identity_changes-INITIAL_FORMS": "0",
     }
     return client.post(reverse("admin:ootci_backend_change", args=[backend.pk]), data | changes)
 

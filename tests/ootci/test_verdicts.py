@@ -13,6 +13,8 @@ from ootci.models import Backend, DisabledTest, Exoneration, JobFailure, JobResu
 from tests.hud import builders
 from tests.hud.failing_history import BASE, HEAD, History, generic_id, pushed
 
+INLINES = ("level_changes", "buildkite_pipelines", "identity_changes")  # the backend page's inline formsets
+
 # --- the rules --------------------------------------------------------------------------------------------------------
 
 
@@ -188,7 +190,7 @@ def test_turning_exoneration_off_is_audited(admin_client, make_backend):
     backend = make_backend(repo="acme/gpu", level="L4", device="gpu")
     form = {"repo": backend.repo, "level": "L4", "device": "gpu", "oncalls": "", "events": ["pull_request"]}
     form |= {"enabled": "on", "exonerate": "false", "notes": "", "reason": ""}
-    form |= {"level_changes-TOTAL_FORMS": "0", "level_changes-INITIAL_FORMS": "0"}
+    form |= {f"{inline}-{count}": "0" for inline in INLINES for count in ("TOTAL_FORMS", "INITIAL_FORMS")}
 
     response = admin_client.post(f"/admin/ootci/backend/{backend.pk}/change/", form)
 

@@ -58,6 +58,10 @@ def test_adding_a_backend_records_who_added_it(admin_client, admin_user, db):
             "reason": "new backend",
             "level_changes-TOTAL_FORMS": "0",
             "level_changes-INITIAL_FORMS": "0",
+            "buildkite_pipelines-TOTAL_FORMS": "0",
+            "buildkite_pipelines-INITIAL_FORMS": "0",
+            "identity_changes-TOTAL_FORMS": "0",
+            "identity_changes-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302, response.content
@@ -82,6 +86,10 @@ def test_the_form_explains_that_l3_needs_a_device(admin_client, db):
             "events": ["pull_request"],
             "level_changes-TOTAL_FORMS": "0",
             "level_changes-INITIAL_FORMS": "0",
+            "buildkite_pipelines-TOTAL_FORMS": "0",
+            "buildkite_pipelines-INITIAL_FORMS": "0",
+            "identity_changes-TOTAL_FORMS": "0",
+            "identity_changes-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 200
@@ -98,6 +106,10 @@ def test_the_form_refuses_a_repo_that_is_not_org_name(admin_client, db):
             "events": ["push"],
             "level_changes-TOTAL_FORMS": "0",
             "level_changes-INITIAL_FORMS": "0",
+            "buildkite_pipelines-TOTAL_FORMS": "0",
+            "buildkite_pipelines-INITIAL_FORMS": "0",
+            "identity_changes-TOTAL_FORMS": "0",
+            "identity_changes-INITIAL_FORMS": "0",
         },
     )
     assert b"Enter a repository as org/name" in response.content
@@ -118,6 +130,10 @@ def test_editing_the_level_writes_a_level_change(admin_client, admin_user, make_
             "reason": "stable",
             "level_changes-TOTAL_FORMS": "0",
             "level_changes-INITIAL_FORMS": "0",
+            "buildkite_pipelines-TOTAL_FORMS": "0",
+            "buildkite_pipelines-INITIAL_FORMS": "0",
+            "identity_changes-TOTAL_FORMS": "0",
+            "identity_changes-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302, response.content
