@@ -48,7 +48,9 @@ def readiness_record(r: gates.Readiness) -> dict:
     for side in ("promotion", "demotion"):
         f = getattr(r, side)
         rates = ("total", "success_rate", "infra_failure_rate", "overrun_rate", "timeout_rate")
-        record[side] |= {name: getattr(f, name) for name in (*rates, "queue_avg_minutes", "e2e_p50_hours")}
+        record[side] |= {
+            name: getattr(f, name) for name in (*rates, "queue_avg_minutes", "dependency_avg_minutes", "e2e_p50_hours")
+        }
         record[side]["test_failure_rate"] = f.failed_tests_rate
     return record
 

@@ -147,7 +147,7 @@ class Job:
     completed_at: datetime | None
     created_at: datetime
     finished_at: datetime
-    queue_time: float | None
+    queue_time: float | None  # the workflow run's, on the job that opened it
     execution_time: float | None
     passed: int | None
     failed: int | None
@@ -161,6 +161,8 @@ class Job:
     relay_decided: bool
     source: str
     upstream_repo: str
+    dependency_wait: float | None = None  # waiting for dependencies (a later job of its run)
+    sha_check: str = ""  # a self-report's upstream SHA, as GitHub answered (JobResult.ShaCheck)
 
     @property
     def column(self) -> str:
