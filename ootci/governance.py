@@ -185,7 +185,7 @@ def _downgrade_due(down: TemporaryDowngrade, readiness: gates.Readiness, now: da
 def readiness_review(*, now: datetime | None = None) -> dict[str, int]:
     """The readiness schedule: keep gate notices, propose promotions and due demotions (never apply them), and end
     temporary downgrades whose end condition is met. Safe to run twice (one open proposal per backend)."""
-    every = list(Backend.objects.filter(enabled=True))
+    every = list(Backend.objects.filter(enabled=True, probe=False))  # the relay's probe is no candidate
     judged = readiness_now(every, now=now)  # without ``now``, from the figures the HUD caches
     now = now or timezone.now()
     done = {"notices": 0, "proposals": 0, "restored": 0}
