@@ -224,6 +224,8 @@ HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 # exponential backoff and full jitter; rate-limit waits are not counted. A pending row untouched for
 # DISPATCH_STALE_SECONDS is presumed lost (worker crash, broker message lost) and sent again by the sweeper.
 GITHUB_TIMEOUT_SECONDS = env.int("GITHUB_TIMEOUT_SECONDS", default=10)
+# How long GitHub's word that a self-reported upstream SHA is a commit is kept (relay.endpoints.sha_check).
+SHA_CHECK_CACHE_SECONDS = env.int("SHA_CHECK_CACHE_SECONDS", default=3600)
 DISPATCH_CONCURRENCY = env.int("DISPATCH_CONCURRENCY", default=32)
 DISPATCH_MAX_ATTEMPTS = env.int("DISPATCH_MAX_ATTEMPTS", default=5)
 DISPATCH_RETRY_BASE_SECONDS = env.float("DISPATCH_RETRY_BASE_SECONDS", default=1.0)

@@ -10,6 +10,7 @@ The format (as the reference deployment reads it)::
         ascend/pytorch-npu: [oncall1, oncall2]
     L4:
       - org5/repo5: oncall1, oncall2
+    probes: [pytorch/crcr-test]      # ours: the relay's own probes (Backend.probe); cadences: likewise
 
 Unlike the reference we refuse what it silently ignores (unknown top-level keys such as ``l1``)
 and compare repositories ignoring case, as GitHub does.
@@ -44,6 +45,7 @@ class Entry:
     oncalls: tuple[str, ...] = ()
     line: int = 0
     cadence: dict[str, int | None] | None = None  # the `cadences:` section's (model field → minutes), if listed
+    probe: bool | None = None  # listed under `probes:`; None when the file has no such section (the flag is kept)
 
 
 @dataclass
@@ -84,6 +86,19 @@ class _Parser:
         self.problems: list[str] = []
         self.entries: list[Entry] = []
         self.cadences: dict[str, dict[str, int | None]] = {}
+        self.probes: set[str] | None = None
+
+    def probe_section(self, node: yaml.Node) -> None:
+        """``probes: [org/name, …]``: the backends that are the relay's own probes (an empty list: none)."""
+        self.probes = set()
+        if _is_null(node):
+            return
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, "probes must be a list of org/name entries")
+            return
+        for i, item in enumerate(node.value):
+            if repo := self.repo(item, f"probes[{i}]"):
+                self.probes.add(repo.lower())
 
     def cadence_section(self, node: yaml.Node) -> None:
         """``cadences: {org/name: {nightly: 1440, periodic: 360, grace: 120}}``: minutes; periodic may be null."""
@@ -213,6 +228,8 @@ def parse(text: str) -> list[Entry]:
         level = _scalar(key)
         if level == "cadences":
             parser.cadence_section(value)
+        elif level == "probes":
+            parser.probe_section(value)
         elif level not in ORDER:
             parser.fail(key, f"unknown level {level!r}: the keys are L1, L2, L3 and L4 (case matters)")
         elif level == Level.L3:
@@ -222,9 +239,19 @@ def parse(text: str) -> list[Entry]:
     listed = {entry.repo.lower() for entry in parser.entries}
     for repo in parser.cadences.keys() - listed:
         parser.problems.append(f"cadences: {repo} is not listed at any level")
+    for repo in sorted((parser.probes or set()) - listed):
+        parser.problems.append(f"probes: {repo} is not listed at any level")
     if parser.problems:
         raise AllowlistError(parser.problems)
-    return [replace(entry, cadence=parser.cadences.get(entry.repo.lower())) for entry in parser.entries]
+    probes = parser.probes
+    return [
+        replace(
+            entry,
+            cadence=parser.cadences.get(entry.repo.lower()),
+            probe=None if probes is None else entry.repo.lower() in probes,
+        )
+        for entry in parser.entries
+    ]
 
 
 def plan(entries: list[Entry]) -> Plan:
@@ -250,6 +277,8 @@ def plan(entries: list[Entry]) -> Plan:
         for name, minutes in (entry.cadence or {}).items():
             if getattr(backend, name) != minutes:
                 changes.append(f"{name} {getattr(backend, name)} → {minutes}")
+        if entry.probe is not None and entry.probe != backend.probe:
+            changes.append("the relay's probe" if entry.probe else "no longer the relay's probe")
         if changes:
             result.update.append((backend, entry))
             result.lines.append(f"~ {backend.repo}: {'; '.join(changes)}")
@@ -268,6 +297,7 @@ def apply(changes: Plan, *, actor: str, reason: str) -> list[LevelChange]:
         for entry in changes.create:
             cadence = entry.cadence or {}
             backend = Backend(repo=entry.repo, device=entry.device, oncalls=list(entry.oncalls), **cadence)
+            backend.probe = bool(entry.probe)
             backend.change_level(entry.level, actor=actor, reason=reason)
         for backend, entry in changes.update:
             backend.device = entry.device or backend.device
@@ -275,7 +305,9 @@ def apply(changes: Plan, *, actor: str, reason: str) -> list[LevelChange]:
             backend.enabled = True
             for name, minutes in (entry.cadence or {}).items():
                 setattr(backend, name, minutes)
-            backend.save(update_fields=["device", "oncalls", "enabled", *CADENCE_KEYS.values(), "updated_at"])
+            backend.probe = backend.probe if entry.probe is None else entry.probe
+            fields = ["device", "oncalls", "enabled", "probe", *CADENCE_KEYS.values(), "updated_at"]
+            backend.save(update_fields=fields)
             if change := backend.change_level(entry.level, actor=actor, reason=reason):
                 moves.append(change)
         for backend in changes.disable:
@@ -307,6 +339,8 @@ def export_data(moved: dict[int, str] | None = None) -> dict:
             cadences[backend.repo] = values
     if cadences:
         data["cadences"] = cadences
+    if probes := list(Backend.objects.filter(enabled=True, probe=True).order_by("repo").values_list("repo", flat=True)):
+        data["probes"] = probes
     return data
 
 
@@ -340,4 +374,6 @@ def export_yaml(moved: dict[int, str] | None = None) -> str:
         for repo, values in cadences.items():
             shown = ", ".join(f"{key}: {'null' if minutes is None else minutes}" for key, minutes in values.items())
             lines.append(f"  {repo}: {{{shown}}}")
+    if probes := data.get("probes"):
+        lines.append(f"probes: [{', '.join(probes)}]")
     return "\n".join(lines) + "\n"

@@ -3,9 +3,12 @@
 RFC-0050 left the L3 bar open; the reference deployment's readiness work (pytorch/test-infra 8635, 8754, 8693 and
 pytorch/rfcs 102) settled it: average queue time under 30 minutes, overrun rate (jobs running longer than 3 hours)
 under 1 %, end-to-end P50 per upstream event under 3 hours, timeout rate under 1 %; success, infrastructure-failure
-and test-failure rates are shown beside them but gate nothing. A backend is judged for promotion against the next
-level's gates over the last ``PROMOTION_DAYS`` and for keeping its level against its own level's gates over the last
-``DEMOTION_DAYS``, whatever window a page shows. Settings may override a limit (``LEVEL_GATES``).
+and test-failure rates are shown beside them but gate nothing. The queue-time gate reads the **workflow queue time**
+(per workflow run: dispatch to the run's first in_progress, ``ootci.jobs``); the wait of a run's later jobs for the
+jobs they depend on is its own figure, shown beside it ("waiting for dependencies"), gating nothing. A backend is
+judged for promotion against the next level's gates over the last ``PROMOTION_DAYS`` and for keeping its level against
+its own level's gates over the last ``DEMOTION_DAYS``, whatever window a page shows. Settings may override a limit
+(``LEVEL_GATES``).
 
 Every gate is "value strictly under the limit", compared on exact integers or unrounded figures (a rate as
 ``100 × part < limit × whole``), so a fixture at a threshold's edge lands on the side this module says. The figures
@@ -60,7 +63,8 @@ def gates(level: str) -> tuple[Gate, ...]:
 @dataclass(frozen=True)
 class WindowFigures:
     """A backend's latest attempts of ``EVENT`` jobs finished in the last ``days`` (lost dispatches are infra
-    failures), unrounded: counts, the average queue time and the median end-to-end time per upstream event, seconds."""
+    failures), unrounded: counts, the average workflow queue time (one per workflow run), the average wait of later
+    jobs for their dependencies and the median end-to-end time per upstream event, seconds."""
 
     days: int
     successes: int = 0
@@ -70,6 +74,7 @@ class WindowFigures:
     overruns: int = 0
     queue_avg: float | None = None
     e2e_p50: float | None = None
+    dependency_avg: float | None = None  # shown beside the queue gate, gates nothing
 
     @property
     def total(self) -> int:
@@ -101,6 +106,10 @@ class WindowFigures:
     @property
     def queue_avg_minutes(self) -> float | None:
         return None if self.queue_avg is None else round(self.queue_avg / 60, 2)
+
+    @property
+    def dependency_avg_minutes(self) -> float | None:
+        return None if self.dependency_avg is None else round(self.dependency_avg / 60, 2)
 
     @property
     def e2e_p50_hours(self) -> float | None:

@@ -48,7 +48,9 @@ def readiness_record(r: gates.Readiness) -> dict:
     for side in ("promotion", "demotion"):
         f = getattr(r, side)
         rates = ("total", "success_rate", "infra_failure_rate", "overrun_rate", "timeout_rate")
-        record[side] |= {name: getattr(f, name) for name in (*rates, "queue_avg_minutes", "e2e_p50_hours")}
+        record[side] |= {
+            name: getattr(f, name) for name in (*rates, "queue_avg_minutes", "dependency_avg_minutes", "e2e_p50_hours")
+        }
         record[side]["test_failure_rate"] = f.failed_tests_rate
     return record
 
@@ -183,7 +185,7 @@ def _downgrade_due(down: TemporaryDowngrade, readiness: gates.Readiness, now: da
 def readiness_review(*, now: datetime | None = None) -> dict[str, int]:
     """The readiness schedule: keep gate notices, propose promotions and due demotions (never apply them), and end
     temporary downgrades whose end condition is met. Safe to run twice (one open proposal per backend)."""
-    every = list(Backend.objects.filter(enabled=True))
+    every = list(Backend.objects.filter(enabled=True, probe=False))  # the relay's probe is no candidate
     judged = readiness_now(every, now=now)  # without ``now``, from the figures the HUD caches
     now = now or timezone.now()
     done = {"notices": 0, "proposals": 0, "restored": 0}

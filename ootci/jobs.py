@@ -168,10 +168,8 @@ def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobRes
     if report.status == Status.IN_PROGRESS:
         if report.at is not None:
             fields.setdefault("started_at", report.at)
-        dispatch: Dispatch | None = fields.get("dispatch")
-        # Re-runs reuse the original dispatch, days old: a queue time only means something for attempt 1.
-        if key["run_attempt"] == 1 and dispatch is not None and dispatch.sent_at and "started_at" in fields:
-            fields.setdefault("queue_time", seconds_between(dispatch.sent_at, fields["started_at"]))
+        if "started_at" in fields and "queue_time" not in fields:
+            fields.update(_run_waits(key, fields["started_at"], fields.get("dispatch")))
     elif report.at is not None:
         fields.setdefault("completed_at", report.at)
     savepoint = transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
@@ -180,6 +178,26 @@ def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobRes
             return JobResult.objects.create(**key, **fields)
     except IntegrityError:
         return None
+
+
+def _run_waits(key: dict[str, Any], started_at: datetime, dispatch: Dispatch | None) -> dict[str, float]:
+    """Queue time per workflow run: the job that opens its run (the run's first in_progress) carries the run's queue
+    time, from the dispatch; a later job of the run carries its wait for the jobs it depends on instead, from the
+    run's first in_progress to its own. Without the run's job graph the relay cannot tell a dependency from a runner
+    that was busy, so a later job's whole wait counts as waiting for dependencies."""
+    run = {name: key[name] for name in ("backend_id", "delivery_id", "run_id", "run_attempt")}
+    opened = (
+        JobResult.objects.filter(**run, started_at__isnull=False)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if opened is not None:
+        return {"dependency_wait": seconds_between(opened, started_at)}
+    # Re-runs reuse the original dispatch, days old: a queue time only means something for attempt 1.
+    if key["run_attempt"] == 1 and dispatch is not None and dispatch.sent_at:
+        return {"queue_time": seconds_between(dispatch.sent_at, started_at)}
+    return {}
 
 
 def _written(job: JobResult, changes: dict[str, Any]) -> bool:

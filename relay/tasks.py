@@ -3,7 +3,7 @@
 import logging
 
 from relay.alerts import incidents, notify
-from relay.endpoints import intake
+from relay.endpoints import intake, sha_check
 from relay.github import check_runs, outbox, reruns
 from relay.reliability import journal, sweeper
 from relay.reports import follow_up, logs, pull, verdicts
@@ -51,6 +51,11 @@ def delivery_archive(delivery_pk: int, body: bytes) -> str:
 
 
 # --- callbacks and the sweeper -----------------------------------------------------------------
+
+
+def sha_checks_retry() -> dict[str, int]:
+    """Scheduled every 10 minutes (relay/migrations/0009_sha_recheck_schedule.py)."""
+    return sha_check.sha_checks_retry()
 
 
 def jobs_sweep() -> dict[str, int]:

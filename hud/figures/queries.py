@@ -43,7 +43,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from hud.figures import pages
+from hud.figures import pages, probes
 from hud.readiness import figures as hud_readiness
 from hud.stores import allowlisted, softcache
 from hud.stores.base import Store, now_or, since
@@ -61,6 +61,7 @@ from hud.stores.types import (
     MetricsSeries,
     Overview,
     PrDetail,
+    ProbeCard,
     RelayHealth,
     Summary,
 )
@@ -87,6 +88,7 @@ FIGURES: dict[str, Callable[..., Any]] = {
     ),
     "readiness": lambda now=None: hud_readiness.figures(store(), now=now_or(now)),
     "relay": lambda days, now=None: pages.relay_health(since=since(days, now)),
+    "probes": lambda now=None: probes.cards(now=now_or(now)),
     "summary": lambda days, event, spark_since, now=None: summary_compute(days, event, spark_since, now_or(now)),
 }
 
@@ -192,8 +194,11 @@ def relay_health(*, days: int, now: datetime | None = None) -> RelayHealth:
 
 
 def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
-    """The /oot/ page: L4, L3, L2 tables (worst pass rate first; no data last) and the L1 list."""
-    every = allowlisted.backends()
+    """The /oot/ page: L4, L3, L2 tables (worst pass rate first; no data last), the L1 list and the relay's probe
+    cards (the probes are in no table: ``hud.figures.probes``)."""
+    found_backends = allowlisted.backends()
+    every = [b for b in found_backends if not b.probe]
+    cards = probe_cards(now=now) if any(b.probe for b in found_backends) else []
     found = summary(days=days, event=event, now=now)
     stats, spark = found.stats, every_day(found.daily, SPARK_DAYS, now)
     shown = [b for b in every if b.level in levels.shown_on_hud()]
@@ -206,7 +211,12 @@ def overview(*, days: int, event: str, now: datetime | None = None) -> Overview:
     for rows in sections.values():
         rows.sort(key=_worst_first)
     listed = [b for b in every if b.level not in levels.shown_on_hud()]
-    return Overview(days, event, sections, listed, relay_health(days=days, now=now))
+    return Overview(days, event, sections, listed, relay_health(days=days, now=now), cards)
+
+
+def probe_cards(*, now: datetime | None = None) -> list[ProbeCard]:
+    """The relay-health cards of the relay's probes (``hud.figures.probes``), whatever window the page shows."""
+    return cached("probes", now=now)
 
 
 def _worst_first(row: HealthRow) -> tuple:

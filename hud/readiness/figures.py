@@ -41,6 +41,7 @@ def window_figures(rows: dict[str, dict], w: str) -> gates.WindowFigures:
         timed_out=n("timed_out"),
         overruns=n("overruns"),
         queue_avg=micro(g.get("queue_avg")),
+        dependency_avg=micro(g.get("dependency_avg")),
         e2e_p50=micro(run.get("p50")),
     )
 

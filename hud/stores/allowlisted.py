@@ -6,9 +6,9 @@ from ootci.models import Backend
 
 
 def backends() -> list[BackendInfo]:
-    """Enabled allowlisted backends, by repo name."""
+    """Enabled allowlisted backends, by repo name (the relay's probes among them: their pages exist)."""
     return [
-        BackendInfo(b.id, b.repo, b.level, b.device, tuple(b.oncalls), tuple(b.events), b.enabled)
+        BackendInfo(b.id, b.repo, b.level, b.device, tuple(b.oncalls), tuple(b.events), b.enabled, b.probe)
         for b in Backend.objects.filter(enabled=True).order_by("repo")
     ]
 
@@ -20,7 +20,13 @@ def backend(repo: str) -> BackendInfo | None:
 
 
 def shown() -> list[BackendInfo]:
-    """The backends the HUD shows (L2 up): highest level first, then by repo."""
+    """The backends whose figures the HUD shows (L2 up, the relay's probes left out): highest level first, then by
+    repo."""
     order = levels.shown_on_hud()
-    shown = [b for b in backends() if b.level in order]
+    shown = [b for b in backends() if b.level in order and not b.probe]
     return sorted(shown, key=lambda b: (order.index(b.level), b.repo.lower()))
+
+
+def probes() -> list[BackendInfo]:
+    """The relay's probes (``Backend.probe``), by repo: the summary page's relay-health cards."""
+    return [b for b in backends() if b.probe]

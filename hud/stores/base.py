@@ -38,7 +38,7 @@ NEEDS = {
     "stats": ("pr_number", "conclusion", "queue_time", "execution_time"),
     "daily": (),
     "run": ("pr_number", "job_sha", "began"),
-    "gates": ("conclusion", "queue_time", "execution_time"),
+    "gates": ("conclusion", "queue_time", "execution_time", "dependency_wait"),
 }
 # Every figure row has these columns (a statement is a UNION ALL of one SELECT per figure), after ``kind``.
 FIGURE_COLUMNS = {
@@ -55,6 +55,7 @@ FIGURE_COLUMNS = {
     "queue_median": "double precision",
     "queue_p90": "double precision",
     "queue_avg": "double precision",
+    "dependency_avg": "double precision",
     "duration_median": "double precision",
     "duration_avg": "double precision",
     "last_run": "timestamp with time zone",
@@ -224,6 +225,7 @@ def job_from_row(r: dict[str, Any]) -> Job:
         **values
         | {
             "queue_time": seconds(r["queue_time"]),
+            "dependency_wait": seconds(r["dependency_wait"]),
             "execution_time": seconds(r["execution_time"]),
             "failed_tests": tuple(r["failed_tests"] or ()),
             "one_shot": bool(r["one_shot"]),

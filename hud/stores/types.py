@@ -27,6 +27,7 @@ class BackendInfo:
     oncalls: tuple[str, ...]
     events: tuple[str, ...]
     enabled: bool
+    probe: bool = False  # the relay's own probe: its health cards, not a row of the backends' figures
 
     @property
     def org(self) -> str:
@@ -123,6 +124,35 @@ class Overview:
     sections: dict[str, list[HealthRow]]  # L4, L3, L2, worst first
     listed: list[BackendInfo]  # L1: listed only
     relay: RelayHealth
+    probes: list[ProbeCard] = field(default_factory=list)  # the relay's probes, two cards each
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """One sample of a probe's card: a pull request (its head SHA) or a nightly SHA, with its jobs' latest attempts."""
+
+    pr_number: int | None
+    sha: str
+    at: datetime
+    jobs: int  # latest attempts with a result (running ones included)
+    unexpected: tuple[str, ...] = ()  # "workflow / job (conclusion)" of each unexpected outcome
+    missing: str = ""  # why no result counts where one was due ("dispatched 3 h ago, no result within 2 h")
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexpected and not self.missing
+
+
+@dataclass(frozen=True)
+class ProbeCard:
+    """A relay-health card: Healthy when every sample had its expected outcomes and none was late, else Degraded."""
+
+    probe: BackendInfo
+    kind: str  # "pull_request" | "nightly"
+    title: str
+    state: str  # "Healthy" | "Degraded"
+    reason: str
+    samples: list[ProbeSample]
 
 
 @dataclass(frozen=True)
@@ -147,7 +177,7 @@ class Job:
     completed_at: datetime | None
     created_at: datetime
     finished_at: datetime
-    queue_time: float | None
+    queue_time: float | None  # the workflow run's, on the job that opened it
     execution_time: float | None
     passed: int | None
     failed: int | None
@@ -161,6 +191,8 @@ class Job:
     relay_decided: bool
     source: str
     upstream_repo: str
+    dependency_wait: float | None = None  # waiting for dependencies (a later job of its run)
+    sha_check: str = ""  # a self-report's upstream SHA, as GitHub answered (JobResult.ShaCheck)
 
     @property
     def column(self) -> str:

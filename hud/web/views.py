@@ -60,7 +60,7 @@ def backend_or_404(org: str, repo: str) -> BackendInfo:
 def index(request: HttpRequest) -> HttpResponse:
     days, event = params.days(request), params.event(request)
     overview = queries.overview(days=days, event=event)
-    empty = not any(overview.sections.values()) and not overview.listed
+    empty = not any(overview.sections.values()) and not overview.listed and not overview.probes
     context = {"overview": overview, "days": days, "event": event, "empty": empty, "day_choices": params.DAYS}
     context["silent"] = queries.silent([row.backend.id for rows in overview.sections.values() for row in rows])
     return render_page(request, "index", context)

@@ -40,7 +40,7 @@ class BackendForm(forms.ModelForm):
 
     class Meta:
         model = Backend
-        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "exonerate"]
+        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "probe", "exonerate"]
         fields += ["nightly_cadence_minutes", "periodic_cadence_minutes", "stale_grace_minutes", "notes"]
 
     def __init__(self, *args, **kwargs):
@@ -125,7 +125,7 @@ class VerdictFilter(admin.SimpleListFilter):
 class BackendAdmin(admin.ModelAdmin):
     form = BackendForm
     list_display = ["repo", "level", "device", "oncalls_text", "enabled", "readiness", "hud", "updated_at"]
-    list_filter = ["level", VerdictFilter, "device", "enabled"]
+    list_filter = ["level", VerdictFilter, "device", "enabled", "probe"]
     search_fields = ["repo", "device", "notes"]
     readonly_fields = ["readiness_detail"]
     inlines = [BuildkitePipelineInline, LevelChangeInline, IdentityChangeInline]

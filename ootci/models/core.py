@@ -70,6 +70,11 @@ class Backend(models.Model):
         help_text="Check runs conclude neutral when every failure is infra, disabled, flaky or broken-baseline "
         "(ootci.verdicts). Empty: the level's default (on at L4, off at L3).",
     )
+    probe = models.BooleanField(
+        default=False,
+        help_text="The relay's own probe (e.g. pytorch/crcr-test): its results are the relay-health cards of the "
+        "summary page, and it is left out of the backends' figures.",
+    )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -119,6 +119,30 @@ class Dispatch(models.Model):
         return f"{self.delivery.delivery_id} → {self.backend.repo} ({self.status})"
 
 
+# Expected-outcome jobs (the relay's probes, README "Expected outcomes"): a job whose name holds one of these words
+# (``xfail``, ``xfail (2)``, ``probe-xtimeout``) succeeds when it ends with that conclusion, and fails otherwise.
+EXPECTED_OUTCOMES = {"xfail": "failure", "xcancel": "cancelled", "xtimeout": "timed_out"}
+
+
+def expected_outcome_named(word: str) -> Q:
+    """Job names holding ``word`` as a word of its own (any case; bounded by anything but a letter or a digit)."""
+    return Q(job_name__iregex=rf"(^|[^a-z0-9]){word}([^a-z0-9]|$)")
+
+
+def expected_outcome_met() -> Q:
+    found = Q()
+    for word, conclusion in EXPECTED_OUTCOMES.items():
+        found |= expected_outcome_named(word) & Q(conclusion=conclusion)
+    return found
+
+
+def expected_outcome_job() -> Q:
+    found = Q()
+    for word in EXPECTED_OUTCOMES:
+        found |= expected_outcome_named(word)
+    return found
+
+
 class JobResult(models.Model):
     """One downstream job attempt. Rows are created and moved only by the state machine in ``ootci.jobs``."""
 
@@ -140,6 +164,13 @@ class JobResult(models.Model):
         RUNNING = "running"
         SKIPPED = "skipped"
 
+    class ShaCheck(models.TextChoices):
+        """A self-report's upstream SHA, asked of GitHub (``relay.endpoints.sha_check``); blank for dispatched jobs."""
+
+        VERIFIED = "verified", "a commit of the upstream repository"
+        UNVERIFIED = "unverified", "not checked yet: GitHub was unreachable"
+        UNKNOWN = "unknown", "not a commit of the upstream repository (found on a re-check)"
+
     backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE, related_name="job_results")
     dispatch = models.ForeignKey(Dispatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
     delivery_id = models.CharField(max_length=100, help_text="Upstream delivery id; the tested SHA for nightly")
@@ -156,7 +187,17 @@ class JobResult(models.Model):
     conclusion = models.CharField(max_length=30, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
-    queue_time = models.FloatField(null=True, blank=True, help_text="Seconds from dispatch sent to in_progress")
+    queue_time = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The workflow run's queue: seconds from dispatch sent to the run's first in_progress, kept on the "
+        "job that started first (attempt 1)",
+    )
+    dependency_wait = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Waiting for dependencies: seconds from its run's first in_progress to its own (later jobs of a run)",
+    )
     execution_time = models.FloatField(null=True, blank=True, help_text="Seconds from in_progress to completed")
     passed = models.PositiveIntegerField(null=True, blank=True)
     failed = models.PositiveIntegerField(null=True, blank=True)
@@ -176,6 +217,7 @@ class JobResult(models.Model):
     failure_class = models.CharField(max_length=10, blank=True)
     # One verdict per failed job (ootci.verdicts, set by relay.reports.verdicts); blank until known.
     verdict = models.CharField(max_length=20, blank=True)
+    sha_check = models.CharField(max_length=10, choices=ShaCheck.choices, blank=True)
     auto_retry_at = models.DateTimeField(null=True, blank=True, help_text="When the relay re-ran it (infra)")
     auto_retry_note = models.CharField(max_length=200, blank=True, help_text="The automatic re-run, or why none")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -199,6 +241,9 @@ class JobResult(models.Model):
     outcome = models.GeneratedField(
         expression=Case(
             When(~Q(status="completed"), then=Value(Outcome.RUNNING.value)),
+            # Expected-outcome jobs: their expected end is a success, any other end a failure of the relay's path.
+            When(expected_outcome_met(), then=Value(Outcome.SUCCESS.value)),
+            When(expected_outcome_job(), then=Value(Outcome.INFRA.value)),
             When(conclusion="success", then=Value(Outcome.SUCCESS.value)),
             When(conclusion__in=["skipped", "neutral"], then=Value(Outcome.SKIPPED.value)),
             # A classified failure (ootci.failures.rules: relay facts, failed step, log rule, test report) decides.
@@ -209,8 +254,8 @@ class JobResult(models.Model):
         ),
         output_field=models.CharField(max_length=10, choices=Outcome.choices),
         db_persist=True,
-        help_text="success; test failure (classified test/build/lint, else failure with failed tests); "
-        "infra (any other end); running; skipped",
+        help_text="success (or an expected-outcome job's expected end); test failure (classified test/build/lint, "
+        "else failure with failed tests); infra (any other end); running; skipped",
     )
     GENERATED = ("finished_at", "job_sha", "outcome")
     # One job attempt (the unique constraint below, by attname).
@@ -233,6 +278,8 @@ class JobResult(models.Model):
             # The HUD's windows select by finish time before picking latest attempts.
             models.Index(fields=["event_type", "finished_at"], name="job_event_finish"),
             models.Index(fields=["backend", "job_sha"], name="job_backend_sha"),
+            # The self-reports whose SHA GitHub could not be asked about yet (relay.endpoints.sha_check).
+            models.Index(fields=["created_at"], condition=Q(sha_check="unverified"), name="job_sha_unverified"),
         ]
 
     def __str__(self) -> str:

@@ -121,6 +121,9 @@ class CallbackApi(APIView):
                 "mapped to a backend, or its build lacks the mapping's required claims.",
             ),
             409: OpenApiResponse(RefusalSerializer, "The report does not follow the job's state machine."),
+            422: OpenApiResponse(
+                RefusalSerializer, "A nightly/periodic report names an upstream SHA that is not a commit there."
+            ),
             413: OpenApiResponse(RefusalSerializer, "The body is over 2 MB."),
             429: OpenApiResponse(RefusalSerializer, "The repository's rate limit is used up: see Retry-After."),
             503: OpenApiResponse(RefusalSerializer, "The OIDC keys cannot be fetched now: see Retry-After."),

@@ -19,7 +19,7 @@ from django_q.tasks import async_task
 from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from relay.endpoints import ratelimit
+from relay.endpoints import ratelimit, sha_check
 from relay.endpoints.tokens import callback_token_problem
 from relay.github import check_runs
 from relay.reports import logs
@@ -66,14 +66,19 @@ def callback_accept(
     """Apply one downstream report to its job attempt (DESIGN §3) on the relay's clock.
 
     ``backend`` is the verified caller. A PR/push report must answer a Dispatch we made to that backend;
-    nightly/periodic self-reports need no dispatch. Concurrent identical reports apply once; a contradicting one
-    is refused with 409. Work that follows a new report (the check run) keys off ``changed``.
+    nightly/periodic self-reports need no dispatch, but their upstream SHA must be a commit GitHub knows (422 when
+    it does not; accepted unverified when GitHub cannot say, ``relay.endpoints.sha_check``). Concurrent identical
+    reports apply once; a contradicting one is refused with 409. Work that follows a new report (the check run) keys
+    off ``changed``.
     """
     status = workflow["status"]
     if event_type in SELF_REPORT_EVENTS:
         upstream = _self_report_upstream(event_type=event_type, delivery_id=delivery_id, status=status)
         delivery_id = delivery_id.lower()
         dispatch = None
+        upstream["sha_check"] = sha_check.upstream_sha_check(sha=delivery_id)
+        if upstream["sha_check"] == JobResult.ShaCheck.UNKNOWN:
+            raise CallbackRefused(422, sha_check.unknown_sha_detail(sha=delivery_id, event_type=event_type))
     else:
         dispatch = _callback_dispatch(backend=backend, delivery_id=delivery_id, callback_token=callback_token)
         upstream = {

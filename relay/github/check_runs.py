@@ -337,7 +337,11 @@ def _check_run_output(job: JobResult, decision: baseline.Decision | None = None)
         ]
     timings = [
         f"{label}: {_duration_text(value)}"
-        for label, value in (("Queue time", job.queue_time), ("Execution time", job.execution_time))
+        for label, value in (
+            ("Workflow queue time", job.queue_time),
+            ("Waiting for dependencies", job.dependency_wait),
+            ("Execution time", job.execution_time),
+        )
         if value is not None
     ]
     if timings:

@@ -22,6 +22,7 @@ from relay.github.app import (
     installation_client,
     installation_token,
     json_or_text,
+    rate_limit_wait,
     tokens_forget,
 )
 from relay.github.app import RateLimited as RateLimited  # callers catch both from here
@@ -42,6 +43,25 @@ def repository_dispatch_create(*, repo: str, event_type: str, client_payload: di
             # The token may have been revoked or the App reinstalled: resolve both again next time.
             tokens_forget(repo=repo)
         raise error_from(status, headers, json_or_text(text), f"POST /repos/{repo}/dispatches")
+
+
+def commit_exists(*, repo: str, sha: str) -> bool:
+    """Whether ``sha`` is a commit of ``repo`` (GET /repos/{repo}/commits/{sha} as the App, asking for the SHA alone
+    rather than the commit's diff): False when GitHub answers 422 or 404 (no such commit); GitHubError when it cannot
+    say (unreachable, 5xx, a rate limit, the App not installed there)."""
+    client = installation_client(repo=repo)
+    path = f"/repos/{repo}/commits/{sha}"
+    try:
+        status, headers, text = client.requester.requestJson(
+            "GET", path, headers={"Accept": "application/vnd.github.sha"}
+        )
+    except requests.RequestException as e:
+        raise GitHubError(f"GitHub unreachable for {repo}: {e}", retryable=True) from e
+    if status == 200:
+        return True
+    if status in (404, 422) and rate_limit_wait(status, headers, "") is None:
+        return False
+    raise error_from(status, headers, json_or_text(text), f"GET {path}")
 
 
 # --- check runs and re-runs --------------------------------------------------------------------

@@ -112,6 +112,9 @@ class FakeGitHub:
         self.route("PATCH", REPO + r"/check-runs/(?P<id>\d+)")(_check_run_update)
         self.route("GET", REPO + r"/check-suites/(?P<id>\d+)/check-runs")(_check_suite_check_runs)
         self.route("GET", REPO + r"/commits/(?P<sha>[0-9a-fA-F]{7,40})/check-runs")(_commit_check_runs)
+        # Commits: "owner/repo" (lower case) → the full SHAs GitHub knows there; any other is answered 422.
+        self.commits: dict[str, set[str]] = {}
+        self.route("GET", REPO + r"/commits/(?P<sha>[^/]+)")(_commit)
         self.route("POST", REPO + r"/actions/runs/(?P<id>\d+)/rerun-failed-jobs")(_rerun_failed_jobs)
         # Actions artifacts: (repo lower case, run id) → artifacts as GitHub lists them, each with its zip's bytes;
         # the zip is served by a 302 to a storage URL that refuses an Authorization header (as GitHub's blob store).
@@ -471,6 +474,19 @@ def _commit_check_runs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply
     with fake._lock:
         runs = [r for r in fake.check_runs.values() if r["repo"] == repo and r["head_sha"] == m["sha"]]
     return _check_runs_page(fake, request, runs)
+
+
+def _commit(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    """GET a commit; with ``Accept: application/vnd.github.sha`` GitHub answers the SHA alone, as text."""
+    if fake.installation_of(request) != fake.installation_id(m["owner"]):
+        return _unauthorized()
+    known = fake.commits.get(f"{m['owner']}/{m['repo']}".lower(), set())
+    sha = next((s for s in known if s.startswith(m["sha"].lower()) and len(m["sha"]) >= 7), None)
+    if sha is None:
+        return Reply(422, {"message": f"No commit found for SHA: {m['sha']}", "status": "422"})
+    if "vnd.github.sha" in request.headers.get("accept", ""):
+        return Reply(200, sha.encode())
+    return Reply(200, {"sha": sha, "commit": {"message": "a commit"}, "files": []})
 
 
 def _rerun_failed_jobs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:

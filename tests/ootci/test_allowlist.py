@@ -202,3 +202,40 @@ def test_a_bad_cadence_is_refused_with_its_line(db, cadences, message):
     with pytest.raises(allowlist.AllowlistError) as refused:
         allowlist.parse(f"L2:\n  - acme/npu\ncadences:\n  {cadences}\n")
     assert message in str(refused.value)
+
+
+def test_the_relays_probe_is_a_top_level_list_and_round_trips(db, tmp_path):
+    path = write(tmp_path, "L2:\n  - pytorch/crcr-test\n  - acme/npu\nprobes: [PyTorch/crcr-test]\n")
+
+    out = run("import_allowlist", path)
+
+    assert "Applied: 2 to add" in out
+    assert dict(Backend.objects.values_list("repo", "probe")) == {"pytorch/crcr-test": True, "acme/npu": False}
+    exported = allowlist.export_yaml()
+    assert exported.endswith("probes: [pytorch/crcr-test]\n")
+    assert "the database already matches" in run("import_allowlist", write(tmp_path, exported))
+    assert allowlist.export_data()["probes"] == ["pytorch/crcr-test"]
+
+
+def test_a_file_without_probes_keeps_the_flag_and_an_empty_list_clears_it(make_backend, tmp_path):
+    make_backend("pytorch/crcr-test", "L2", probe=True)
+
+    assert "the database already matches" in run("import_allowlist", write(tmp_path, "L2:\n  - pytorch/crcr-test\n"))
+    assert Backend.objects.get().probe is True  # PyTorch's own allowlist file has no such section
+    out = run("import_allowlist", write(tmp_path, "L2:\n  - pytorch/crcr-test\nprobes: []\n"))
+    assert "~ pytorch/crcr-test: no longer the relay's probe" in out
+    assert Backend.objects.get().probe is False
+
+
+@pytest.mark.parametrize(
+    ("probes", "message"),
+    [
+        ("[other/repo]", "probes: other/repo is not listed at any level"),
+        ("pytorch/crcr-test", "probes must be a list of org/name entries"),
+        ("[not-a-repo]", "probes[0]: 'not-a-repo' is not a repository name of the form org/name"),
+    ],
+)
+def test_a_bad_probe_list_is_refused(db, probes, message):
+    with pytest.raises(allowlist.AllowlistError) as refused:
+        allowlist.parse(f"L2:\n  - pytorch/crcr-test\nprobes: {probes}\n")
+    assert message in str(refused.value)

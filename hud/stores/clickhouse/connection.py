@@ -85,6 +85,8 @@ SCHEMA = [
             COMMENT 'latest finished_at of the newer attempts of the same job, 1970 if none; NULL until replication
                 has computed it (the row then counts in no window)',
         queue_time Nullable(Float64),
+        dependency_wait Nullable(Float64),
+        sha_check LowCardinality(String),
         execution_time Nullable(Float64),
         passed Nullable(UInt32),
         failed Nullable(UInt32),
@@ -110,6 +112,9 @@ SCHEMA = [
     PARTITION BY toYYYYMM(created_at)
     ORDER BY {KEY}
     """,
+    # Columns added since the table was first made (rows copied before read NULL and "").
+    f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS dependency_wait Nullable(Float64) AFTER queue_time",
+    f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS sha_check LowCardinality(String) AFTER dependency_wait",
 ]
 # A table without one of these was created by an older version, whose derived columns ClickHouse computed: it is
 # dropped and copied again by `backfill_clickhouse --restart` (its rows cannot be upgraded in place, as PostgreSQL

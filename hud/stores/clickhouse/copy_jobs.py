@@ -69,6 +69,8 @@ COLUMNS: dict[str, str] = {
     "job_sha": "job_sha",
     "outcome": "outcome",
     "queue_time": "queue_time",
+    "dependency_wait": "dependency_wait",
+    "sha_check": "sha_check",
     "execution_time": "execution_time",
     "passed": "passed",
     "failed": "failed",

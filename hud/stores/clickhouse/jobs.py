@@ -76,14 +76,15 @@ def matching(where: str) -> str:
 
 def latest_sql(name: str, *, backend: bool = False) -> str:
     """Latest attempts of the jobs finished in window ``name`` (parameters as ``window_parameters``): one row per job,
-    with backend_id, job_sha, pr_number, conclusion, queue_time, execution_time, finished_at, began and outcome.
+    with backend_id, job_sha, pr_number, conclusion, queue_time, dependency_wait, execution_time, finished_at, began
+    and outcome.
     ClickHouse reads only the columns a caller uses."""
     since = f"{{{name}_since:DateTime64(6, 'UTC')}}"
     where = f"event_type = {{{name}_event:String}} AND finished_at >= {since} AND newer_finished_at < {since}"
     if backend:
         where += " AND backend_id = {backend_id:UInt64}"
     return f"""
-    SELECT backend_id, job_sha, pr_number, conclusion, queue_time, execution_time, finished_at,
+    SELECT backend_id, job_sha, pr_number, conclusion, queue_time, dependency_wait, execution_time, finished_at,
         coalesce(started_at, created_at) AS began, outcome
     FROM {in_window(where)}"""
 
@@ -131,6 +132,7 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
                     timed_out="countIf(outcome = 'infra' AND conclusion = 'timed_out')",
                     overruns=f"countIf({COUNTED} AND execution_time > {OVERRUN_SECONDS})",
                     queue_avg="avg(queue_time)",
+                    dependency_avg="avg(dependency_wait)",
                 )
             )
         else:

@@ -34,6 +34,7 @@ LATEST_COLUMNS = {
     "pr_number": "j.pr_number",
     "conclusion": "j.conclusion",
     "queue_time": "j.queue_time",
+    "dependency_wait": "j.dependency_wait",
     "execution_time": "j.execution_time",
     "began": "COALESCE(j.started_at, j.created_at)",
 }
@@ -174,6 +175,7 @@ def figure_selects(d: Dialect, asks: list[Ask]) -> list[str]:
                     **per_backend,
                     overruns=f"SUM(CASE WHEN {COUNTED} AND execution_time > {OVERRUN_SECONDS} THEN 1 ELSE 0 END)",
                     queue_avg="AVG(queue_time)",
+                    dependency_avg="AVG(dependency_wait)",
                 )
             )
         else:

@@ -183,3 +183,23 @@ def test_promoting_to_l3_without_a_device_is_refused(admin_client, make_backend)
     act(admin_client, "promote", [backend], apply="Promote", reason="x")
     backend.refresh_from_db()
     assert backend.level == "L2" and not LevelChange.objects.exists()
+
+
+def test_a_backend_is_marked_the_relays_probe_in_the_admin(admin_client, db):
+    response = admin_client.post(
+        reverse("admin:ootci_backend_add"),
+        {
+            "repo": "pytorch/crcr-test",
+            "level": "L2",
+            "events": ["pull_request", "nightly"],
+            "enabled": "on",
+            "probe": "on",
+            "reason": "the relay's probe",
+            "level_changes-TOTAL_FORMS": "0",
+            "level_changes-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 302, response.content
+    assert Backend.objects.get().probe is True
+    listed = admin_client.get(reverse("admin:ootci_backend_changelist"), {"probe__exact": "1"})
+    assert b"pytorch/crcr-test" in listed.content

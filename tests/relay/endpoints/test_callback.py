@@ -372,3 +372,43 @@ def test_a_completing_callback_queues_one_task_and_the_worker_fans_out(downstrea
         ("relay.tasks.job_log_classify", (job.pk,)),
         ("relay.tasks.job_reports_pull", (job.pk,)),
     ]
+
+
+# --- queue time per workflow run (issue 26) --------------------------------------------------------
+
+
+def test_queue_time_is_the_workflow_runs_and_a_test_job_after_a_build_waits_for_dependencies(downstream, client):
+    """A build job, then a test job that starts after the 40-minute build: the run queued 5 minutes; the test job
+    shows 40 minutes waiting for dependencies, not 40 minutes of queue, and the gates read it so."""
+    from hud.figures import queries
+
+    ci = downstream(level="L3", device="npu")
+    dispatch = ci.dispatch(sent_ago=300)
+    run = {"run_id": "555", "run_attempt": "1"}
+    assert ci.post(ci.body("pull_request.in_progress", dispatch, job_name="build", **run)).status_code == 200
+    JobResult.objects.update(started_at=timezone.now() - timedelta(minutes=40))  # the build ran 40 minutes
+    assert ci.post(ci.body("pull_request.completed.failure", dispatch, job_name="build", conclusion="success", **run))
+
+    assert ci.post(ci.body("pull_request.in_progress", dispatch, job_name="test", **run)).status_code == 200
+
+    build, test = JobResult.objects.get(job_name="build"), JobResult.objects.get(job_name="test")
+    assert 299 <= build.queue_time <= 310 and build.dependency_wait is None  # it opened the run
+    assert test.queue_time is None and 40 * 60 <= test.dependency_wait <= 40 * 60 + 10
+    r = queries.readiness(now=timezone.now() + timedelta(minutes=1))[ci.backend.id]
+    assert 299 <= r.demotion.queue_avg <= 310  # the queue gate reads the run's queue time, once per run
+    assert 40 * 60 <= r.demotion.dependency_avg <= 40 * 60 + 10  # beside it, gating nothing
+    page = client.get(f"/oot/{ci.repo}/jobs/{test.pk}/").content.decode()
+    assert "Waiting for dependencies</th><td data-dependency-wait>40" in page
+
+
+def test_a_re_run_attempt_has_no_queue_time_but_its_later_jobs_wait_for_dependencies(downstream):
+    ci = downstream()
+    dispatch = ci.dispatch(sent_ago=3600)
+    run = {"run_id": "556", "run_attempt": "2"}
+
+    assert ci.post(ci.body("pull_request.in_progress", dispatch, job_name="build", **run)).status_code == 200
+    assert ci.post(ci.body("pull_request.in_progress", dispatch, job_name="test", **run)).status_code == 200
+
+    build, test = JobResult.objects.get(job_name="build"), JobResult.objects.get(job_name="test")
+    assert (build.queue_time, build.dependency_wait) == (None, None)  # a re-run reuses a dispatch hours old
+    assert test.queue_time is None and test.dependency_wait is not None

@@ -75,7 +75,7 @@ def test_an_l4_job_gets_one_check_run_from_in_progress_to_completed(fake_github,
     assert "conclusion" not in body
     assert body["output"]["title"] == "In progress"
     assert f"[run {RUN_ID}]({RUN_URL})" in body["output"]["summary"]
-    assert "Queue time: 3" in body["output"]["summary"]
+    assert "Workflow queue time: 3" in body["output"]["summary"]
     [check_run] = fake_github.check_runs.values()
     assert JobResult.objects.get().upstream_check_run_id == check_run["id"]
     assert not fake_github.requests_to("GET", f"/repos/{UPSTREAM}")  # no repo fetch before the POST
@@ -95,7 +95,7 @@ def test_an_l4_job_gets_one_check_run_from_in_progress_to_completed(fake_github,
     assert patch["output"]["title"] == "Failure (new)"  # the verdict: its callback names failed tests, no baseline
     summary = patch["output"]["summary"]
     assert RUN_URL in summary and "| 8430 | 2 | 20 |" in summary
-    assert "Queue time: 3" in summary and "Execution time: 2 min" in summary
+    assert "Workflow queue time: 3" in summary and "Execution time: 2 min" in summary
     assert "`test_ops.py::test_add_npu`" in patch["output"]["text"]
     assert "`test_ops.py::test_mul_npu: mismatch`" in patch["output"]["text"]
     assert (check_run["status"], check_run["conclusion"]) == ("completed", "failure")
