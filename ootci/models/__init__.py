@@ -7,6 +7,7 @@
 - ``governance``: level reviews, gate notices and temporary downgrades.
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 - ``disabled``: the disabled-test registry (DisabledTest), served to each backend's CI.
+- ``ledger``: the skip ledger (LedgerRun, LedgerFile): what each baseline run covers, by test file, and its diff.
 - ``broker``: tasks the broker could not take while Redis was down (DeferredTask).
 """
 
@@ -24,6 +25,7 @@ from ootci.models.core import (
 from ootci.models.disabled import DisabledTest
 from ootci.models.failures import Exoneration, FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
+from ootci.models.ledger import LedgerFile, LedgerRun
 from ootci.models.reports import TestCase, TestReport
 from ootci.models.runs import (
     CallbackRejection,
@@ -56,6 +58,8 @@ __all__ = [
     "JobFailure",
     "JobResult",
     "GateNotice",
+    "LedgerFile",
+    "LedgerRun",
     "LevelChange",
     "LevelReview",
     "PullRequest",
