@@ -44,8 +44,8 @@ REPORT = b"""<?xml version="1.0"?><testsuites><testsuite name="pytest">
 <properties><property name="ootci.device" value="Ascend910B"/><property name="device_count" value="8"/>
 <property name="torch_version" value="2.6.0"/><property name="runner" value="from-report"/>
 <property name="unrelated" value="x"/></properties>
-<testcase classname="test_ops.TestOps" name="test_add"><properties><property name="sdk" value="case-level"/></properties>
-</testcase></testsuite></testsuites>"""
+<testcase classname="test_ops.TestOps" name="test_add">
+<properties><property name="sdk" value="case-level"/></properties></testcase></testsuite></testsuites>"""
 
 
 def test_a_reports_properties_fill_what_the_callback_did_not_state(make_backend, store):
