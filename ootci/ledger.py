@@ -81,7 +81,23 @@ def previous_run(job: JobResult) -> JobResult | None:
 
 
 def ledger_record(*, job_id: int) -> LedgerRun | None:
-    """Record (again) the ledger of a baseline run whose report was parsed; None for any other job."""
+    """Record (again) the ledger of a baseline run whose report was parsed; None for any other job. A run whose
+    report came after the next run's was recorded has that next run diffed again, against it."""
+    run = _recorded(job_id)
+    if run is not None:
+        later = LedgerRun.objects.filter(
+            backend_id=run.backend_id,
+            workflow_name=run.workflow_name,
+            job_name=run.job_name,
+            finished_at__gt=run.finished_at,
+        ).exclude(sha=run.sha)
+        following = later.order_by("finished_at", "id").values_list("job_id", "previous_id").first()
+        if following and following[1] != run.job_id:
+            _recorded(following[0])
+    return run
+
+
+def _recorded(job_id: int) -> LedgerRun | None:
     job = JobResult.objects.filter(pk=job_id).first()
     if job is None or not is_baseline_run(job):
         return None

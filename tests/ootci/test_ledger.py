@@ -71,6 +71,18 @@ def test_it_counts_each_test_file_with_the_disabled_list(make_backend):
     assert (run.previous, run.changes, run.disabled) == (None, {}, 1)
 
 
+def test_a_run_recorded_late_has_the_next_run_diffed_against_it(make_backend):
+    backend = make_backend("acme/npu")
+    nightly(backend, "0" * 40, BEFORE, days_ago=3)
+    first = nightly(backend, "a" * 40, BEFORE, days_ago=2)
+    second = nightly(backend, "b" * 40, AFTER, days_ago=1)
+    ledger.ledger_record(job_id=second.pk)  # the later report was parsed first
+
+    ledger.ledger_record(job_id=first.pk)
+
+    assert LedgerRun.objects.get(job=second).previous_id == first.pk
+
+
 def test_recording_again_replaces_the_runs_rows(make_backend):
     job = nightly(make_backend("acme/npu"), "a" * 40, BEFORE, days_ago=1)
 
