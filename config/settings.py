@@ -258,6 +258,9 @@ LEVEL_GATES = env.json("LEVEL_GATES", default={})
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
 # No webhook from UPSTREAM_REPO for this long while GitHub answers the App opens a stale_results incident (0: never).
 WEBHOOK_SILENCE_MINUTES = env.int("WEBHOOK_SILENCE_MINUTES", default=120)
+# More than this many of a backend's tests starting to skip in one day opens a skips_growing incident (the skip
+# ledger, ootci.ledger); an alert rule's own threshold above 0 wins.
+SKIP_ALERT_TESTS = env.int("SKIP_ALERT_TESTS", default=50)
 # The journal (relay/reliability/journal.py): entries are signed with this key (empty: one derived from SECRET_KEY) and
 # refused on replay, to the dead letters, when forged or older than JOURNAL_MAX_AGE_HOURS.
 JOURNAL_KEY = env.str("JOURNAL_KEY", default="")

@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ootci import allowlist, gates, levels
-from ootci.models import Backend, GateNotice, LevelReview, TemporaryDowngrade
+from ootci import allowlist, gates, ledger, levels
+from ootci.environment import HARDWARE_KEYS
+from ootci.models import Backend, GateNotice, JobResult, LevelReview, TemporaryDowngrade
 
 SCHEDULE_ACTOR = "readiness schedule"
 
@@ -265,11 +266,42 @@ def evidence_markdown(review: LevelReview) -> str:
             f"| {w['days']} d | {w['total']} | {_pct(w['success_rate'])} | {_pct(w['test_failure_rate'])} |"
             f" {_pct(w['infra_failure_rate'])} |"
         )
+    lines += _where_and_coverage(review)
     before = allowlist.export_yaml({review.backend_id: review.from_level})
     after = allowlist.export_yaml({review.backend_id: review.to_level})
     diff = difflib.unified_diff(before.splitlines(), after.splitlines(), "allowlist.yml", "allowlist.yml", lineterm="")
     lines += ["", "```diff", *diff, "```", ""]
     return "\n".join(lines)
+
+
+def _where_and_coverage(review: LevelReview) -> list[str]:
+    """Hardware information (RFC-0050 asks L1 backends for it) and test coverage (an L4 factor) over the promotion
+    window, as evaluated: shown, not gated."""
+    since = review.created_at - timedelta(days=review.promotion_days)
+    jobs = JobResult.objects.filter(
+        backend_id=review.backend_id, finished_at__gte=since, finished_at__lte=review.created_at
+    )
+    envs = list(jobs.values_list("environment", flat=True))
+    named = [env for env in envs if any(env.get(key) for key in HARDWARE_KEYS)]
+    devices = sorted(
+        {
+            f"{e['device']}" + (f" × {e['device_count']}" if e.get("device_count") else "")
+            for e in named
+            if e.get("device")
+        }
+    )
+    runners = sorted({e["runner"] for e in named if e.get("runner")})
+    share = f"{100 * len(named) / len(envs):.1f} %" if envs else "no jobs"
+    c = ledger.coverage_totals(review.backend_id, since=review.created_at - timedelta(days=90))
+    return [
+        "",
+        f"Hardware information: {len(named)} of {len(envs)} jobs ({share}) over {review.promotion_days} days name their"
+        f" device or runner; devices: {', '.join(devices) or '—'}; runners: {len(runners)}.",
+        "",
+        f"Coverage (shown, not gated; newest baseline run of each of {c.runs} job(s) over 90 days): {c.collected}"
+        f" upstream tests collected, {c.passed} passed, {c.failed} failed, {c.skipped} skipped"
+        f" ({_pct(c.skipped_percent)}), {c.disabled} on its disabled list.",
+    ]
 
 
 def _pct(value: float | None) -> str:

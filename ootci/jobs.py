@@ -25,6 +25,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ootci.environment import environment_filled, environment_merged
 from ootci.models import Dispatch, JobResult, TestReport
 from ootci.replication import job_results_changed
 
@@ -63,6 +64,8 @@ class Report:
     fields: dict[str, Any] = field(default_factory=dict)
     merge: bool = False  # CRCR ingest: stated values overwrite instead of being refused when they differ
     relay_decided: bool = False  # the sweeper's verdict: applies only to a job still in progress
+    # Where it ran (ootci.environment), merged over what is recorded: never compared, so never a conflict.
+    environment: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,31 @@ def _recorded(key: dict[str, Any]) -> JobResult | None:
 
 def transition(job: JobResult, report: Report) -> dict[str, Any]:
     """The fields ``report`` changes on the recorded ``job`` ({} when it changes nothing); JobConflict when a strict
-    report contradicts it."""
+    report contradicts it. Its environment is merged over the recorded one whatever else it changes."""
+    changes = _transition(job, report)
+    environment = environment_merged(job.environment or {}, report.environment)
+    if environment != (job.environment or {}):
+        changes = {**changes, "environment": environment}
+    return changes
+
+
+def environment_fill(*, job_id: int, found: dict[str, Any]) -> bool:
+    """Fill in the keys of the job's environment it lacks from ``found`` (a parsed report's properties, the job API's
+    runner), racing no other writer (the conditional UPDATE of the state machine). True when it changed."""
+    for _ in range(MAX_TRIES):
+        job = JobResult.objects.filter(pk=job_id).first()
+        if job is None:
+            return False
+        filled = environment_filled(job.environment or {}, found)
+        if filled == (job.environment or {}):
+            return False
+        if _written(job, {"environment": filled}):
+            job_results_changed()
+            return True
+    return False
+
+
+def _transition(job: JobResult, report: Report) -> dict[str, Any]:
     stated = report.fields
     changed = {name: value for name, value in stated.items() if getattr(job, name) != value}
     same = not changed
@@ -165,6 +192,8 @@ def _completion(job: JobResult, report: Report) -> dict[str, Any]:
 def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobResult | None:
     fields = {**new, **report.fields, "status": report.status, "level": report.level, "source": report.source}
     fields["relay_decided"] = report.relay_decided
+    if report.environment:
+        fields["environment"] = report.environment
     if report.status == Status.IN_PROGRESS:
         if report.at is not None:
             fields.setdefault("started_at", report.at)

@@ -2,6 +2,7 @@
 
 import logging
 
+from ootci import ledger
 from relay.alerts import incidents, notify
 from relay.endpoints import intake, sha_check
 from relay.github import check_runs, outbox, reruns
@@ -80,6 +81,12 @@ def check_run_sync(job_id: int, attempt: int = 1) -> str:
 def job_alerts(job_id: int) -> str:
     """Enqueued on commit when a PR job's verdict may have changed (its report parsed, its log classified)."""
     return incidents.job_alerts_evaluate(job_id=job_id)
+
+
+def ledger_record(job_id: int) -> str:
+    """Enqueued on commit when a baseline run's report is parsed: its skip ledger and diff, then the skip alert."""
+    run = ledger.ledger_record(job_id=job_id)
+    return incidents.skips_evaluate(run.pk) if run else "not a baseline run"
 
 
 def job_infra_retry(job_id: int) -> str:

@@ -254,6 +254,11 @@ def metrics(*, days: int, event: str, now: datetime | None = None) -> list[Metri
     return [MetricsSeries(b, daily.get(b.id) or empty_days(days, now)) for b in allowlisted.shown()]
 
 
+def since_days(days: int, now: datetime | None = None) -> datetime:
+    """The start of a rolling window of ``days`` × 24 hours (the pages' windows)."""
+    return since(days, now)
+
+
 def silent(backend_ids: list[int]) -> dict[int, str]:
     """What ootci.staleness says of the silent ones among these backends ("silent for 31 h (no nightly result)"):
     four queries for any number of backends."""

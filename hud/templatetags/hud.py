@@ -111,6 +111,31 @@ def line_chart(series):
     return charts.line_chart(series)
 
 
+@register.simple_tag
+def skip_chart(points):
+    return charts.skip_chart(points)
+
+
+@register.filter
+def environment_text(env: dict | None) -> str:
+    """Where a job ran, in one line: device × count, driver, SDK, torch, OS, runner (ootci.environment)."""
+    if not env:
+        return ""
+    device = (
+        f"{env['device']}" + (f" × {env['device_count']}" if env.get("device_count") else "")
+        if env.get("device")
+        else ""
+    )
+    parts = [
+        device,
+        env.get("driver", ""),
+        env.get("sdk", ""),
+        env.get("torch_version", "") and f"torch {env['torch_version']}",
+    ]
+    parts += [env.get("os", ""), env.get("runner", "") and f"runner {env['runner']}"]
+    return " · ".join(str(p) for p in parts if p)
+
+
 @register.filter
 def backend_colour(backend_id: int) -> str:
     return charts.backend_colour(backend_id)

@@ -12,8 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from hud.coverage import queries as coverage_queries
 from hud.failing import queries as failing_queries
-from hud.figures import queries
+from hud.figures import queries, where
 from hud.stores.types import EVENTS, BackendStats
 from hud.web import params
 from hud.web.api_shared import backend_or_404, plain
@@ -24,6 +25,8 @@ METRIC_DAYS = OpenApiParameter("days", int, enum=list(params.METRIC_DAYS), descr
 EVENT = OpenApiParameter("event", str, enum=list(EVENTS), description="Upstream event (default pull_request)")
 PAGE = OpenApiParameter("page", int, description="Matrix page, 50 rows each (default 1)")
 FAILING = OpenApiParameter("failing", bool, description="Only rows with a failure")
+RUNNER = OpenApiParameter("runner", str, description="Only jobs that ran on this runner, or a runner with this label")
+DEVICE = OpenApiParameter("device", str, description="Only jobs that ran on this device (environment.device)")
 
 
 class OverviewView(APIView):
@@ -41,9 +44,12 @@ class OverviewView(APIView):
 class BackendView(APIView):
     @extend_schema(
         operation_id="oot_backend",
-        parameters=[DAYS, EVENT, PAGE, FAILING],
+        parameters=[DAYS, EVENT, PAGE, FAILING, RUNNER, DEVICE],
         responses=OpenApiTypes.OBJECT,
         summary="One backend: cards and matrix",
+        description="``environments``: where each matrix job ran (job id → its environment); ``hardware``: the "
+        "share of its jobs in the window that name their device or runner (goal ≥ 95 % once it sends any); "
+        "``sick_runners``: runners failing significantly more than the backend over the last 24 h.",
     )
     def get(self, request: Request, org: str, repo: str) -> Response:
         info = backend_or_404(org, repo)
@@ -56,7 +62,13 @@ class BackendView(APIView):
             failing_only=params.flag(request, "failing"),
             page=params.page(request),
         )
-        return Response(plain({"backend": info, "days": days, "event": event, "stats": stats, "matrix": matrix}))
+        envs = where.environments([job.id for row in matrix.rows for job in row.cells.values()])
+        runner, device = params.text(request, "runner"), params.text(request, "device")
+        matrix = where.matrix_where(matrix, envs, runner=runner, device=device)
+        hardware = where.hardware_share(backend_id=info.id, event=event, since=queries.since_days(days))
+        found = {"backend": info, "days": days, "event": event, "stats": stats, "matrix": matrix}
+        found |= {"environments": envs, "hardware": hardware, "sick_runners": where.sick_runners(info.id)}
+        return Response(plain(found))
 
 
 class JobView(APIView):
@@ -67,7 +79,9 @@ class JobView(APIView):
         "rule and the log line with its link on GitHub, the failed step); null when it did not fail or is not "
         "classified yet. ``verdict``: the job's verdict (ootci.verdicts: infra, disabled, flaky, broken-baseline, "
         "new, unknown; empty when it did not fail or is not known yet); ``exonerated``: why its check run concluded "
-        "neutral; ``auto_retry``: the relay's automatic re-run of an infra failure, or why none.",
+        "neutral; ``auto_retry``: the relay's automatic re-run of an infra failure, or why none; ``environment``: "
+        "where it ran (device, device_count, driver, sdk, torch_version, os, image_digest, runner, runner_labels and "
+        "any other key sent); ``infra_candidate``: the sick runner a failed job ran on, with the evidence, or null.",
     )
     def get(self, request: Request, org: str, repo: str, job_id: int) -> Response:
         info = backend_or_404(org, repo)
@@ -77,14 +91,22 @@ class JobView(APIView):
         failure = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
         verdict = {"verdict": failure.verdict if failure else "", "exonerated": failure.exonerated if failure else ""}
         verdict["auto_retry"] = failure.auto_retry if failure else ""
+        env = where.environments([detail.job.id]).get(detail.job.id, {})
+        candidate = where.infra_candidate(detail.job, env)
+        verdict |= {"environment": env, "infra_candidate": candidate.evidence() if candidate else None}
         return Response(plain(detail) | {"failure": plain(failure)} | verdict)
 
 
 class ReadinessView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One backend against the level gates, with its verdict")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="One backend against the level gates, with its verdict",
+        description="``coverage``: its skip ledger's totals over its jobs' newest baseline runs (shown, not gated).",
+    )
     def get(self, request: Request, org: str, repo: str) -> Response:
         info = backend_or_404(org, repo)
-        return Response(plain({"backend": info, "readiness": queries.readiness(shown=[info])[info.id]}))
+        found = {"backend": info, "readiness": queries.readiness(shown=[info])[info.id]}
+        return Response(plain(found | {"coverage": coverage_queries.readiness_coverage(info.id)}))
 
 
 class MetricsView(APIView):

@@ -89,3 +89,40 @@ def line_chart(series: list[MetricsSeries], width: int = 960, height: int = 300)
 def backend_colour(backend_id: int) -> str:
     """A backend's line colour: fixed by its id, so it stays when the backend changes level or others come and go."""
     return PALETTE[backend_id % len(PALETTE)]
+
+
+def skip_chart(points, width: int = 960, height: int = 220) -> SafeString:
+    """Tests skipped per day (``hud.coverage.queries.DayPoint``) as bars: a burn-down that shows whether the skip
+    debt grows. Days before the first baseline run are left empty; a day without a run repeats the day before (a
+    lighter bar)."""
+    left, right, top, bottom = 56, 12, 10, 26
+    plot_w, plot_h = width - left - right, height - top - bottom
+    most = max((p.skipped or 0 for p in points), default=0) or 1
+    step = plot_w / max(len(points), 1)
+    parts = []
+    for frac in (0, 0.5, 1):
+        y = top + plot_h * (1 - frac)
+        parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        parts.append(
+            f'<text class="axis" x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{round(most * frac):,}</text>'
+        )
+    label_every = max(1, len(points) // 8)
+    for i, point in enumerate(points):
+        x = left + i * step
+        if i % label_every == 0 or i == len(points) - 1:
+            label = point.day.strftime("%b %d")
+            parts.append(f'<text class="axis" x="{x:.1f}" y="{height - 8}" text-anchor="start">{label}</text>')
+        if point.skipped is None:
+            continue
+        h = max(1.0, plot_h * point.skipped / most)
+        title = escape(f"{point.day.isoformat()}: {point.skipped:,} of {point.collected:,} tests skipped")
+        parts.append(
+            f'<rect class="{"skip" if point.ran else "skip carried"}" x="{x:.1f}" y="{top + plot_h - h:.1f}" '
+            f'width="{max(step - 1, 1):.1f}" height="{h:.1f}"><title>{title}</title></rect>'
+        )
+    shown = [p for p in points if p.skipped is not None]
+    summary = f"from {shown[0].skipped:,} to {shown[-1].skipped:,}" if shown else "no baseline runs"
+    return mark_safe(
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="Tests skipped per day over {len(points)} days: {summary}">{"".join(parts)}</svg>'
+    )

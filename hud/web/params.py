@@ -3,6 +3,8 @@
 Numbers are ASCII digits only: ``str.isdigit`` also accepts "²" or "٣", which ``int`` refuses or reads.
 """
 
+from datetime import date
+
 from django.http import HttpRequest
 
 from hud.stores.types import EVENTS
@@ -42,3 +44,19 @@ def after(request: HttpRequest) -> int | None:
 
 def flag(request: HttpRequest, name: str) -> bool:
     return request.GET.get(name, "").lower() in ("1", "true", "on", "yes")
+
+
+def text(request: HttpRequest, name: str, limit: int = 200) -> str:
+    """A free-text filter (``?runner=``, ``?device=``), stripped and cut to ``limit`` characters."""
+    return request.GET.get(name, "").strip()[:limit]
+
+
+def day(request: HttpRequest) -> date | None | str:
+    """?day=YYYY-MM-DD, None when absent, or the text of a bad value (the caller answers 400)."""
+    raw = request.GET.get("day", "").strip()[:20]
+    if not raw:
+        return None
+    try:
+        return date.fromisoformat(raw) if len(raw) == 10 else raw
+    except ValueError:
+        return raw

@@ -1,7 +1,18 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from hud.web import api, api_disabled, api_failing, api_history, api_incidents, api_results, views, views_history
+from hud.web import (
+    api,
+    api_coverage,
+    api_disabled,
+    api_failing,
+    api_history,
+    api_incidents,
+    api_results,
+    views,
+    views_coverage,
+    views_history,
+)
 
 app_name = "hud"
 urlpatterns: list = [
@@ -17,6 +28,7 @@ urlpatterns: list = [
     path("oot/<str:org>/<str:repo>/", views.backend, name="backend"),
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
     path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
+    path("oot/<str:org>/<str:repo>/coverage/", views_coverage.coverage, name="coverage"),
     path("oot/<str:org>/<str:repo>/badge.svg", views.badge, name="badge"),
     path(
         "oot/<str:org>/<str:repo>/disabled-tests.json",
@@ -44,5 +56,6 @@ urlpatterns: list = [
         name="api-failing-tests",
     ),
     path("api/oot/<str:org>/<str:repo>/readiness/", api.ReadinessView.as_view(), name="api-readiness"),
+    path("api/oot/<str:org>/<str:repo>/coverage/", api_coverage.CoverageView.as_view(), name="api-coverage"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

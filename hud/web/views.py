@@ -16,9 +16,10 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_page
 
+from hud.coverage import queries as coverage_queries
 from hud.failing import classes
 from hud.failing import queries as failing_queries
-from hud.figures import queries
+from hud.figures import queries, where
 from hud.history import queries as history_queries
 from hud.readiness import impact
 from hud.stores import allowlisted, fallback
@@ -85,13 +86,21 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     days, event, page = params.days(request), params.event(request), params.page(request)
     failing, hide_green = params.flag(request, "failing"), params.flag(request, "hide_green")
     job_filter = request.GET.get("job", "").strip()[:100]
+    runner, device = params.text(request, "runner"), params.text(request, "device")
     stats = queries.backend_stats(days=days, event=event, backend_id=info.id).get(info.id, BackendStats())
     matrix = queries.backend_matrix(backend_id=info.id, days=days, event=event, failing_only=failing, page=page)
+    envs = where.environments([job.id for row in matrix.rows for job in row.cells.values()])
+    matrix = where.matrix_where(matrix, envs, runner=runner, device=device)
     failed_ids = [job.id for row in matrix.rows for job in row.cells.values() if job.outcome in FAILING]
     context = {
         "backend": info,
         "stats": stats,
         "matrix": visible_columns(matrix, job_filter=job_filter, hide_green=hide_green),
+        "environments": envs,
+        "runner": runner,
+        "device": device,
+        "hardware": where.hardware_share(backend_id=info.id, event=event, since=queries.since_days(days)),
+        "sick": where.sick_runners(info.id),
         "days": days,
         "event": event,
         "failing": failing,
@@ -169,6 +178,8 @@ def job(request: HttpRequest, org: str, repo: str, job_id: int) -> HttpResponse:
         return HttpResponseBadRequest("?after= is a page cursor: the link to the next page of failing tests gives it.")
     context["tests"] = history_queries.job_tests(job_id=detail.job.id, after=after)
     context["failure"] = failing_queries.job_failures([detail.job.id]).get(detail.job.id)
+    context["environment"] = where.environments([detail.job.id]).get(detail.job.id, {})
+    context["infra_candidate"] = where.infra_candidate(detail.job, context["environment"])
     return render_page(request, "job", context)
 
 
@@ -214,6 +225,7 @@ def readiness(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     days = verdict.promotion.days
     found = impact.impact(info.id, since=timezone.now() - timedelta(days=days), days=days)
     context = {"backend": info, "r": verdict, "impact": found, "silent": queries.silent([info.id]).get(info.id, "")}
+    context["coverage"] = coverage_queries.readiness_coverage(info.id)
     return render(request, "hud/readiness.html", context)
 
 

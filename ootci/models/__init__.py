@@ -8,6 +8,7 @@
 - ``governance``: level reviews, gate notices and temporary downgrades.
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 - ``disabled``: the disabled-test registry (DisabledTest), served to each backend's CI.
+- ``ledger``: the skip ledger (LedgerRun, LedgerFile): what each baseline run covers, by test file, and its diff.
 - ``broker``: tasks the broker could not take while Redis was down (DeferredTask).
 """
 
@@ -26,6 +27,7 @@ from ootci.models.disabled import DisabledTest
 from ootci.models.failures import Exoneration, FailureClass, FailureRule, JobFailure
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.identities import BuildkitePipeline, IdentityChange, claims_unmet, required_claims_problem
+from ootci.models.ledger import LedgerFile, LedgerRun
 from ootci.models.reports import TestCase, TestReport
 from ootci.models.runs import (
     CallbackRejection,
@@ -60,6 +62,8 @@ __all__ = [
     "JobResult",
     "GateNotice",
     "IdentityChange",
+    "LedgerFile",
+    "LedgerRun",
     "LevelChange",
     "LevelReview",
     "PullRequest",

@@ -14,6 +14,8 @@ class AlertRule(models.Model):
         RELAY = "relay_health", "dispatch failures and lost dispatches above a rate"
         GATE = "gate_failing", "a readiness gate newly failing"
         STALE = "stale_results", "a backend gone silent: no result within its cadence, or PR dispatches unanswered"
+        SICK_RUNNER = "sick_runner", "a runner (or runner label) failing significantly more than its backend over 24 h"
+        SKIPS = "skips_growing", "more than threshold tests (0: SKIP_ALERT_TESTS) started skipping in a day"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     backend = models.ForeignKey(

@@ -220,6 +220,9 @@ class JobResult(models.Model):
     sha_check = models.CharField(max_length=10, choices=ShaCheck.choices, blank=True)
     auto_retry_at = models.DateTimeField(null=True, blank=True, help_text="When the relay re-ran it (infra)")
     auto_retry_note = models.CharField(max_length=200, blank=True, help_text="The automatic re-run, or why none")
+    # Where it ran (ootci.environment): stated by the callback, filled in by the test report's properties and the job
+    # API's runner. Shown and counted, never used for routing.
+    environment = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

@@ -33,6 +33,7 @@ MAX_RATIO = 100
 # The ratio is judged once this much is inflated: a small, very regular XML file may legitimately compress 200×.
 RATIO_FLOOR = 1024 * 1024
 MAX_CASES = 200_000
+MAX_PROPERTIES = 200
 TEST_ID_CAP = 1000
 CHUNK = 1024 * 1024
 
@@ -74,6 +75,12 @@ class Parsed:
     duration: float = 0.0
     kept: list[Case] = field(default_factory=list)
     files: int = 0
+    # The suites' <properties> (not a case's own): where the tests ran (ootci.environment.environment_from_properties).
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def property_add(self, name: str, value: str) -> None:
+        if len(self.properties) < MAX_PROPERTIES and name:
+            self.properties.setdefault(name[:100], value[:1000])
 
     def add(self, case: Case) -> None:
         self.counts[case.status] += 1
@@ -243,6 +250,7 @@ def _tar_entries(spool, budget: _Budget) -> Iterator[tuple[str, BinaryIO]]:
 def _xml_cases(stream: BinaryIO, parsed: Parsed, renamer: DeviceNames, where: str) -> None:
     parsed.files += 1
     root = None
+    in_case = False
     try:
         for event, element in iterparse(stream, events=("start", "end"), forbid_dtd=False):
             if event == "start":
@@ -250,11 +258,16 @@ def _xml_cases(stream: BinaryIO, parsed: Parsed, renamer: DeviceNames, where: st
                     root = element.tag
                     if root not in ("testsuites", "testsuite"):
                         raise ReportRefused(f"{where} is XML but not JUnit: its root is <{root[:50]}>.")
+                in_case = in_case or element.tag == "testcase"
                 continue
             if element.tag != "testcase":
                 if element.tag == "testsuite":
                     element.clear()
+                elif element.tag == "properties" and not in_case:
+                    for item in element.iterfind("property"):
+                        parsed.property_add(item.get("name") or "", item.get("value") or (item.text or "").strip())
                 continue
+            in_case = False
             parsed.cases += 1
             if parsed.cases > MAX_CASES:
                 raise ReportRefused(f"The report holds more than {MAX_CASES} test cases.")

@@ -20,8 +20,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from ootci import baseline, governance, levels, staleness, verdicts
-from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, lost_cutoff
+from ootci import baseline, governance, ledger, levels, runners, staleness, verdicts
+from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
 from relay.alerts import notify
 from relay.github import client as github
 
@@ -43,6 +43,8 @@ def job_alerts_evaluate(*, job_id: int) -> str:
     job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None or job.status != JobResult.Status.COMPLETED:
         return "nothing"
+    if job.environment:
+        runners_evaluate(job.backend)
     if job.event_type == Event.PULL_REQUEST:
         return pr_evaluate(job)
     return baseline_evaluate(job)
@@ -281,6 +283,50 @@ def relay_silence_evaluate(*, now: datetime) -> str:
     return incident_fire(
         rule, backend=None, fingerprint=fingerprint, what=what, details={"last": last.isoformat()}, now=now
     )
+
+
+def runners_evaluate(backend: Backend, *, now: datetime | None = None) -> dict[str, int]:
+    """The backend's sick runners (``ootci.runners``) over the last 24 h: an incident each, resolved once the runner
+    is no longer significantly worse than its backend. Evaluated after each job that says where it ran."""
+    rule = rule_for(AlertRule.Kind.SICK_RUNNER, backend)
+    if rule is None:
+        return {}
+    sick = {s.key: s for s in runners.sick_runners([backend.pk], now=now).get(backend.pk, [])}
+    prefix = f"{AlertRule.Kind.SICK_RUNNER}:{backend.pk}:"
+    firing = Incident.objects.filter(state=Incident.State.FIRING, fingerprint__startswith=prefix)
+    done: dict[str, int] = {}
+    for key in sick.keys() | {f.removeprefix(prefix) for f in firing.values_list("fingerprint", flat=True)}:
+        found = sick.get(key)
+        if found is not None:
+            what = f"{backend.repo}: {found.text}"
+            outcome = incident_fire(
+                rule, backend=backend, fingerprint=prefix + key, what=what, details=found.evidence(), now=now
+            )
+        else:
+            outcome = incident_green(prefix + key, resolve_after=1, now=now)
+        done[outcome] = done.get(outcome, 0) + 1
+    return done
+
+
+def skips_evaluate(run_id: int) -> str:
+    """More than the threshold (SKIP_ALERT_TESTS, 50) of a backend's tests started skipping on the day of a
+    baseline run just recorded in the skip ledger: an incident, resolved by a later day under the threshold."""
+    run = LedgerRun.objects.select_related("backend").filter(pk=run_id).first() if run_id else None
+    rule = rule_for(AlertRule.Kind.SKIPS, run.backend) if run else None
+    if run is None or rule is None:
+        return "nothing"
+    fingerprint = f"{AlertRule.Kind.SKIPS}:{run.backend_id}"
+    started, limit = ledger.skips_started(run.backend_id, run.day), ledger.skip_alert_threshold(rule.threshold)
+    if started > limit:
+        what = f"{run.backend.repo}: {started} tests started skipping on {run.day:%Y-%m-%d} (more than {limit})"
+        details = {"day": run.day.isoformat(), "started_skipping": started, "threshold": limit}
+        return incident_fire(rule, backend=run.backend, fingerprint=fingerprint, what=what, details=details)
+    opened = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING).values_list(
+        "details__day", flat=True
+    )
+    if any(day and day < run.day.isoformat() for day in opened):  # a later day under the threshold
+        return incident_green(fingerprint, resolve_after=1)
+    return "nothing"
 
 
 def periodic_evaluate(*, now: datetime | None = None) -> dict:

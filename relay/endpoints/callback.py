@@ -13,6 +13,7 @@ import logging
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     extend_schema_serializer,
     inline_serializer,
 )
@@ -21,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ootci import environment
 from ootci.http.api_errors import RefusalSerializer, validation_detail
 from ootci.models import JobResult
 from relay.endpoints import checked, job_reports
@@ -42,6 +44,30 @@ CALLBACK_MAX_BYTES = 2 * 1024 * 1024
 DISPLAY_ONLY = ("workflow.test_results.failed_tests",)
 # The conclusions GitHub accepts for a check run.
 CONCLUSIONS = ["success", "failure", "cancelled", "timed_out", "skipped", "neutral", "action_required", "stale"]
+
+
+@extend_schema_serializer(component_name="CallbackEnvironment")
+class EnvironmentDoc(serializers.Serializer):
+    """What the schema shows of ``environment``; the values are checked by ``ootci.environment``."""
+
+    device = serializers.CharField(max_length=environment.TEXT_KEYS["device"], required=False)
+    device_count = serializers.IntegerField(min_value=0, max_value=environment.DEVICE_COUNT_MAX, required=False)
+    driver = serializers.CharField(max_length=environment.TEXT_KEYS["driver"], required=False)
+    sdk = serializers.CharField(max_length=environment.TEXT_KEYS["sdk"], required=False)
+    torch_version = serializers.CharField(max_length=environment.TEXT_KEYS["torch_version"], required=False)
+    os = serializers.CharField(max_length=environment.TEXT_KEYS["os"], required=False)
+    image_digest = serializers.CharField(max_length=environment.TEXT_KEYS["image_digest"], required=False)
+    runner = serializers.CharField(max_length=environment.TEXT_KEYS["runner"], required=False)
+    runner_labels = serializers.ListField(
+        child=serializers.CharField(max_length=environment.LABEL_CHARS),
+        max_length=environment.LABELS_MAX,
+        required=False,
+    )
+
+
+@extend_schema_field(EnvironmentDoc)
+class EnvironmentField(serializers.JSONField):
+    """Where the job ran (optional, never used for routing); other keys are kept up to a size cap."""
 
 
 class CallbackApi(APIView):
@@ -95,7 +121,15 @@ class CallbackApi(APIView):
         delivery_id = serializers.CharField(max_length=checked.max_length(JobResult, "delivery_id"))
         callback_token = serializers.CharField(required=False, allow_null=True, allow_blank=True)
         workflow = WorkflowSerializer()
+        environment = EnvironmentField(required=False, allow_null=True)
         # The echoed upstream payload is untrusted and not read: PR and SHA come from our Delivery.
+
+        def validate(self, attrs):
+            try:
+                attrs["environment"] = environment.environment_checked(attrs.get("environment"))
+            except environment.EnvironmentProblem as e:
+                raise serializers.ValidationError(e.detail) from e
+            return attrs
 
     @extend_schema(
         operation_id="github_callback",
@@ -169,6 +203,7 @@ class CallbackApi(APIView):
                 delivery_id=data["delivery_id"],
                 workflow=data["workflow"],
                 callback_token=data.get("callback_token") or "",
+                environment=data["environment"],
             )
         except job_reports.CallbackRefused as e:
             raise Refused(e.status_code, e.detail) from e

@@ -61,7 +61,13 @@ class CallbackOutcome:
 
 
 def callback_accept(
-    *, backend: Backend, event_type: str, delivery_id: str, workflow: dict[str, Any], callback_token: str = ""
+    *,
+    backend: Backend,
+    event_type: str,
+    delivery_id: str,
+    workflow: dict[str, Any],
+    callback_token: str = "",
+    environment: dict[str, Any] | None = None,
 ) -> CallbackOutcome:
     """Apply one downstream report to its job attempt (DESIGN §3) on the relay's clock.
 
@@ -104,6 +110,7 @@ def callback_accept(
         level=backend.level,
         at=timezone.now(),
         fields=_stated(workflow),
+        environment=environment or {},
     )
     try:
         applied = job_report_apply(key=key, report=report, new=upstream)

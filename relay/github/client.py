@@ -288,7 +288,8 @@ class TooLarge(GitHubError):
 
 def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[dict[str, Any]]:
     """GET /repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs, every page: each job as
-    ``{"id", "name", "conclusion", "steps": [{"name", "number", "conclusion", "started_at", "completed_at"}]}``."""
+    ``{"id", "name", "conclusion", "runner_name", "labels",
+    "steps": [{"name", "number", "conclusion", "started_at", "completed_at"}]}``."""
     client = installation_client(repo=repo)
     path = f"/repos/{repo}/actions/runs/{run_id}/attempts/{attempt}/jobs"
     jobs: list[dict[str, Any]] = []
@@ -304,6 +305,8 @@ def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[d
                 "id": job.get("id"),
                 "name": job.get("name") or "",
                 "conclusion": job.get("conclusion") or "",
+                "runner_name": job.get("runner_name") or "",
+                "labels": [label for label in job.get("labels") or [] if isinstance(label, str)],
                 "steps": [
                     {
                         "name": s.get("name") or "",

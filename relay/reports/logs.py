@@ -23,7 +23,9 @@ from django.utils.dateparse import parse_datetime
 from django_q.tasks import async_task
 
 from ootci import baseline, levels
+from ootci.environment import environment_trimmed
 from ootci.failures.rules import failure_verdict
+from ootci.jobs import environment_fill
 from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
 from relay.github import client as github
@@ -125,6 +127,9 @@ def _github_log_fetch(job: JobResult, found: JobFailure) -> None:
         found.problem = f"No job named {job.job_name!r} in run {job.run_id} attempt {job.run_attempt}."
         return
     found.github_job_id = gh_job["id"]
+    runner = {"runner": gh_job.get("runner_name") or "", "runner_labels": gh_job.get("labels") or []}
+    if runner := environment_trimmed(runner):  # where it ran, when the callback did not say
+        environment_fill(job_id=job.pk, found=runner)
     failed = next((s for s in gh_job["steps"] if s["conclusion"] in ("failure", "timed_out")), None)
     if failed:
         found.failed_step, found.failed_step_number = failed["name"][:255], failed["number"]

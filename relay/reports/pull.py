@@ -24,7 +24,8 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import baseline, claims, jobs
+from ootci import baseline, claims, jobs, ledger
+from ootci.environment import environment_from_properties
 from ootci.models import Event, JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
 from ootci.reports import junit
@@ -289,6 +290,10 @@ def report_parse(*, report_id: int) -> str:
         report.reruns, report.duration = parsed.reruns, round(parsed.duration, 3)
         _report_ended(report, TestReport.State.PARSED, "")
         job_counts_from_reports(job)
+        if ledger.is_baseline_run(job):  # the skip ledger of a baseline run, with its diff against the one before
+            transaction.on_commit(lambda: async_task("relay.tasks.ledger_record", job.pk), robust=True)
+    if found := environment_from_properties(parsed.properties):  # what the callback did not state
+        jobs.environment_fill(job_id=job.pk, found=found)
     return TestReport.State.PARSED
 
 

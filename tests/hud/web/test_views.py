@@ -189,16 +189,17 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         ("/oot/", 13),
         ("/oot/?days=30&event=push", 13),
         # the allowlist; the readiness statement, its lost dispatches; the gate notices; what the verdicts did (the
-        # exonerations by verdict, the relay's re-runs); whether it is silent (4)
-        ("/oot/acme/npu/readiness/", 10),
+        # exonerations by verdict, the relay's re-runs); whether it is silent (4); its coverage (the ledger's runs)
+        ("/oot/acme/npu/readiness/", 11),
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
         # the cells; the PR titles; the failed cells' failure lines (hud.failing.lines, one query however many); which
-        # re-run attempts the relay started (only when a cell is a re-run: here one is); whether it is silent (4)
-        ("/oot/acme/npu/", 14),
+        # re-run attempts the relay started (only when a cell is a re-run: here one is); whether it is silent (4);
+        # where the cells ran (their environments), the hardware share, the sick runners (one query each)
+        ("/oot/acme/npu/", 17),
         # + the first failing tests of its failing jobs, + their failure lines; + its head's jobs and their failing
         # cases (hud.failing.classes, which looks for baselines only when a test fails)
         ("/oot/pr/101/", 8),
-        ("/oot/acme/npu/jobs/{job}/", 6),  # + its test reports, + its failure line
+        ("/oot/acme/npu/jobs/{job}/", 7),  # + its test reports, + its failure line, + its environment
         ("/oot/failures/", 2),
         ("/oot/metrics/", 3),
     ],

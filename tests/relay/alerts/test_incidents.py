@@ -77,6 +77,8 @@ def rules_installed() -> None:
         ("relay_health", 20),
         ("gate_failing", 1),
         ("stale_results", 1),
+        ("sick_runner", 0),
+        ("skips_growing", 0),
     ):
         AlertRule.objects.get_or_create(kind=kind, backend=None, defaults={"threshold": threshold})
 
