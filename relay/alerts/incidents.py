@@ -330,7 +330,7 @@ def skips_evaluate(run_id: int) -> str:
 
 
 def periodic_evaluate(*, now: datetime | None = None) -> dict:
-    """The schedule (every minute): relay health, the readiness gates and silent backends."""
+    """The schedule (every minute): relay health, the readiness gates, silent backends and lost notifications."""
     at = now or timezone.now()
     found = {"relay": relay_evaluate(now=at), "gates": gates_evaluate(now=now), "stale": stale_evaluate(now=at)}
-    return found | {"webhooks": relay_silence_evaluate(now=at)}
+    return found | {"webhooks": relay_silence_evaluate(now=at), "resent": len(notify.notifications_resume(now=at))}

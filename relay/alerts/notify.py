@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import smtplib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
@@ -84,6 +85,23 @@ def notification_send(*, notification_id: int, attempt: int = 1) -> str:
         return _notification_sent(n, attempt)
     finally:
         Notification.objects.filter(pk=n.pk, claimed_at=claim).update(claimed_at=None)
+
+
+def notifications_resume(*, now: datetime) -> list[int]:
+    """Send again the pending notifications whose send was lost: a worker killed with the task in hand (its claim
+    lapses), or a retry whose schedule never ran. A notification counts as lost once its claim and twice its retry's
+    wait have passed without a word; sending it again is safe (claims and markers). The alert schedule calls this."""
+    stale = _claim_stale()
+    pending = Notification.objects.filter(status=Notification.Status.PENDING, updated_at__lt=now - stale)
+    pending = pending.filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - stale))
+    lost = [
+        (pk, attempts)
+        for pk, attempts, updated in pending.values_list("pk", "attempts", "updated_at")
+        if updated < now - stale - timedelta(seconds=settings.NOTIFY_RETRY_SECONDS * 2**attempts)
+    ]
+    for pk, attempts in lost:
+        async_task("relay.tasks.notification_send", pk, attempts + 1)
+    return [pk for pk, _ in lost]
 
 
 def _claim_stale() -> timedelta:

@@ -136,6 +136,8 @@ class FakeGitHub:
         self.comment_answers_lost = 0
         self.issue_answers_lost = 0  # the same for issues
         self.comment_answer_delay = 0.0  # seconds a comment's answer waits after GitHub wrote it (a worker to kill)
+        self.issue_answer_delay = 0.0  # the same for an opened issue
+        self.answers_held = 0  # writes done whose answer is still held back (a kill now loses the answer)
         self.route("POST", REPO + r"/issues/(?P<number>\d+)/comments")(_comment_create)
         self.route("GET", REPO + r"/issues/(?P<number>\d+)/comments")(_comments_list)
         self.route("PATCH", REPO + r"/issues/comments/(?P<id>\d+)")(_comment_update)
@@ -586,8 +588,21 @@ def _comment_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
         if fake.comment_answers_lost > 0:
             fake.comment_answers_lost -= 1
             return Reply(502, {"message": "Server Error"})
-    time.sleep(delay)  # written; the answer is not sent yet
+    _answer_held(fake, delay)
     return Reply(201, comment | {"url": f"{fake.url}/repos/{repo}/issues/comments/{cid}"})
+
+
+def _answer_held(fake: FakeGitHub, delay: float) -> None:
+    """Written; the answer waits ``delay`` seconds before it is sent."""
+    if delay <= 0:
+        return
+    with fake._lock:
+        fake.answers_held += 1
+    try:
+        time.sleep(delay)
+    finally:
+        with fake._lock:
+            fake.answers_held -= 1
 
 
 def _comments_list(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
@@ -636,6 +651,7 @@ def _issue_create(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
         if fake.issue_answers_lost > 0:
             fake.issue_answers_lost -= 1
             return Reply(502, {"message": "Server Error"})
+    _answer_held(fake, fake.issue_answer_delay)
     return Reply(201, issue | {"url": f"{fake.url}/repos/{repo}/issues/{number}"})
 
 

@@ -440,6 +440,26 @@ def test_a_notification_another_sender_holds_is_left_to_it_and_tried_again(l4, f
     assert Schedule.objects.filter(func="relay.tasks.notification_send", args=f"({notification.pk}, 2)").exists()
 
 
+@pytest.mark.django_db
+def test_a_notification_whose_send_was_lost_is_sent_again_by_the_schedule(l4, fake_github, settings):
+    settings.GITHUB_TIMEOUT_SECONDS = 1  # a sender's claim lapses after 4 s
+    incidents.job_alerts_evaluate(job_id=pr_job(l4, "ut", "failure", tests=["test_add"]).pk)  # its task never runs
+    notification = Notification.objects.get()
+    assert notification.status == "pending" and not fake_github.comments
+    now = timezone.now()
+    assert notify.notifications_resume(now=now) == []  # just marked: its task may still be on its way
+
+    lost = Notification.objects.filter(pk=notification.pk)
+    lost.update(claimed_at=now - timedelta(seconds=2), updated_at=now - timedelta(seconds=5))  # a worker died
+    assert notify.notifications_resume(now=now) == []  # its claim still holds
+    lost.update(claimed_at=now - timedelta(seconds=5))
+    assert notify.notifications_resume(now=timezone.now()) == [notification.pk]  # the task queued runs inline here
+
+    notification.refresh_from_db()
+    assert notification.status == "sent" and len(fake_github.comments) == 1
+    assert incidents.periodic_evaluate()["resent"] == 0  # nothing pending any more
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_between_githubs_answer_and_the_database_write_leaves_one_comment(
     l4, fake_github, settings, app_key, tmp_path
