@@ -57,6 +57,13 @@ document.documentElement.classList.add("js");
   function followOpenTips() {
     document.querySelectorAll(".tip.open").forEach(function (tip) { place(tip, tip.closest("td.cell")); });
   }
+  // A filter left empty stays out of the address: only what narrows the view is in the link one shares.
+  document.addEventListener("submit", function (event) {
+    if (!event.target.matches("form.filter")) return;
+    event.target.querySelectorAll("input[type=search]").forEach(function (input) {
+      if (!input.value.trim()) input.disabled = true;
+    });
+  });
   window.addEventListener("scroll", followOpenTips, true);
   window.addEventListener("resize", followOpenTips);
 

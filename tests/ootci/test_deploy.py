@@ -52,7 +52,7 @@ def test_the_schema_shows_the_callback_body_and_answers(client):
     assert operation["requestBody"]["required"] is True
     assert {"delivery_id", "workflow"} <= set(body["required"])
     assert {"event_type", "delivery_id", "callback_token", "workflow"} <= set(body["properties"])
-    assert set(operation["responses"]) == {"200", "400", "401", "403", "409", "413", "429", "503"}
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "409", "413", "422", "429", "503"}
 
 
 def test_the_schema_shows_the_ingest_body_and_answers(client):

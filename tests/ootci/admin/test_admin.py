@@ -197,6 +197,10 @@ def test_a_backend_is_marked_the_relays_probe_in_the_admin(admin_client, db):
             "reason": "the relay's probe",
             "level_changes-TOTAL_FORMS": "0",
             "level_changes-INITIAL_FORMS": "0",
+            "buildkite_pipelines-TOTAL_FORMS": "0",
+            "buildkite_pipelines-INITIAL_FORMS": "0",
+            "identity_changes-TOTAL_FORMS": "0",
+            "identity_changes-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302, response.content
