@@ -257,12 +257,14 @@ def log_classify(
 
 
 def _chosen(last: dict[tuple[int, int], Match], tiers: list[set[int]]) -> Match | None:
-    """The first place with a match decides; there, a rule of a real class beats a generic one."""
-    for tier in tiers:
-        found = [m for (_, place), m in last.items() if place in tier]
-        if found:
-            specific = [m for m in found if m.rule.failure_class != GENERIC]
-            return max(specific or found, key=lambda m: (m.rule.priority, m.line_number, m.rule.name))
+    """The first place with a match decides, a real class over a generic one; but a failed step with only a generic
+    line (a results check) is explained by a real match before it, never after it (post-job noise)."""
+    found = [[m for (_, place), m in last.items() if place in tier] for tier in tiers]
+    specific = [[m for m in tier if m.rule.failure_class != GENERIC] for tier in found]
+    for candidates in [*specific[:2], *found[:2], *found[2:]]:
+        if candidates:
+            real = [m for m in candidates if m.rule.failure_class != GENERIC]
+            return max(real or candidates, key=lambda m: (m.rule.priority, m.line_number, m.rule.name))
     return None
 
 

@@ -155,6 +155,16 @@ def test_post_job_noise_never_decides_a_failed_step():
     assert found.scope == "step 2, which holds the first ##[error] line"
 
 
+def test_a_results_check_that_prints_nothing_is_explained_by_the_test_step_before_it_not_the_noise_after():
+    log = (
+        "##[group]Run pytest || true\nFAILED t.py::test_x - assert 1 == 2\n"
+        "##[group]Run python check_results.py\n##[error]Process completed with exit code 1.\n"
+        "##[group]Run actions/upload-artifact@v4\nno space left on device\nPost job cleanup.\n"
+    )
+    found = classify(log)
+    assert (found.match.rule.name, found.match.line_number) == ("pytest", 2)
+
+
 def test_a_generic_line_wins_only_where_nothing_else_matched():
     assert classify("##[group]Run make\ncompiling\n##[error]Process completed with exit code 2.\n").match.rule.name == (
         "generic"
