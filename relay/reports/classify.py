@@ -1,24 +1,21 @@
 """The log classifier: which line of a job log explains its failure, by rules (``ootci.models.FailureRule``).
 
-Matching is PyTorch's log classifier's, but for one thing: ANSI codes and the Actions timestamp prefix are stripped,
-every rule is matched against one line at a time, and the matching rule of highest priority wins (ties: the later
-match, then the name); a generic rule keeps its **last** match, as there, but a rule of a real class its **first**
-(``FIRST_ERROR_WINS``): the first compiler error or failed test explains the ones after it. Warnings (``WARNING:``,
-``##[warning]``) are printed on the way to a failure, never as its cause: they are not matched. Rules run on
-RE2 (``google-re2``): linear time whatever the rule and the line, so no rule can pin a worker; a log still stops at
-its time budget (``budget``), and says so.
+Matching is PyTorch's log classifier's, but ANSI codes and the Actions timestamp are stripped, each rule is matched
+against one line at a time, and the matching rule of highest priority wins (ties: the later match, then the name); a
+generic rule keeps its **last** match, a rule of a real class its **first** (``FIRST_ERROR_WINS``). Warnings are never
+the cause: not matched. Rules run on RE2 (``google-re2``), linear in any rule and line; a log still stops at its time
+budget (``budget``), and says so.
 
-Where to look. A job fails in one step; the set-up before it and the post-job steps after it (artifact uploads that
-run ``if: always()``, cleanup) never explain it. So the matches are ranked by where they are: first those in the failed
-step — the job API's (its times, ``StepWindow``), else the step holding the log's first ``##[error]`` line — then those
-before it, then those after it. Within one place a rule of a real class beats a generic one (class ``unknown``:
-``Process completed with exit code 1``, any ``##[error]`` line), which wins only where nothing else matched.
+Where to look. A job fails in one step; the set-up before it and the post-job steps after it never explain it. The
+matches are ranked by where they are: the failed step (the job API's, ``StepWindow``, else the step of the first
+``##[error]`` line), then the steps before it, then those after it; a real class beats a generic one (class
+``unknown``: ``Process completed with exit code 1``, any ``##[error]``), so a failed step with only a generic line is
+explained by a real match before it. A step header's echoed script (``_scripts``) is not output.
 
-Reading: the log is read as a stream in blocks of about a megabyte, never whole; a line longer than LINE_CAP bytes is
-matched and kept on its first LINE_CAP bytes. Most lines match no rule: each rule's regex is parsed for the words any
-match must contain (``relay.reports.literals``), one Aho-Corasick automaton finds those words in a block in a single
-pass, and only the lines holding one are matched, each by the rules whose word it holds. A rule without such a word is
-searched in every block: it works, but slowly (the admin says so).
+Reading: a stream in blocks of about a megabyte; a line is kept on its first LINE_CAP bytes. Each rule's regex is
+parsed for the words any match must contain (``relay.reports.literals``), one Aho-Corasick automaton finds them in a
+block in one pass, and only the lines holding one are matched, by the rules whose word it holds (a rule without such
+a word is searched in every block: slowly, as the admin says).
 """
 
 import bisect
@@ -47,6 +44,7 @@ STAMPS = re.compile(rb"\n\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ?")  # after 
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 STEP_HEADER = "##[group]Run "
 ENDGROUP = "##[endgroup]"
+SCRIPT_COLOUR, RUNNER_KEYS = b"\x1b[36;1m", ("shell: ", "env:", "with:")
 SCRIPT_CAP = 300  # lines of a "##[group]Run" header (the step's echoed script) at most
 POST_STEP = "Post job cleanup."  # the first line of each post-job step
 ERROR = "##[error]"
@@ -126,11 +124,8 @@ class _Compiled:
                 words[word].append(index)
         self.words = list(words.values())  # automaton pattern index → the rules needing that word
         self._multiline: dict[int, Any] = {}
-        self.automaton = (
-            ahocorasick_rs.BytesAhoCorasick(list(words), implementation=ahocorasick_rs.Implementation.DFA)
-            if words
-            else None
-        )
+        dfa = ahocorasick_rs.Implementation.DFA
+        self.automaton = ahocorasick_rs.BytesAhoCorasick(list(words), implementation=dfa) if words else None
 
     def candidates(self, block: bytes) -> dict[int, set[int]]:
         """Line index → the rules to match on it. A rule whose word is on a few lines is matched on those lines; one
@@ -289,10 +284,15 @@ def _scripts(block: bytes, lines: list[bytes], first: int) -> list[tuple[int, in
     )
     spans, opened = [], 0
     for number, is_end in marks:
-        if is_end and opened and number - opened <= SCRIPT_CAP:
+        if is_end and opened and number - opened <= SCRIPT_CAP and _echoes(lines[opened - first : number - first]):
             spans.append((opened, number))
         opened = 0 if is_end else number
     return spans
+
+
+def _echoes(header: list[bytes]) -> bool:
+    """A header the runner wrote (its script in cyan, its ``shell:``, ``env:`` or ``with:``), not a tool's output."""
+    return any(SCRIPT_COLOUR in line or _clean(line).strip().startswith(RUNNER_KEYS) for line in header)
 
 
 def _within(spans: list[tuple[int, int]], number: int) -> bool:

@@ -231,3 +231,6 @@ def test_the_script_a_step_header_echoes_is_not_its_output():
     assert found.match.line_number == 6
     unclosed = "##[group]Run make\nERROR: generated files are out of date\n"  # no "##[endgroup]": output, not script
     assert classify(unclosed, rules).match.line_number == 2
+    # A group the runner did not write (no cyan script, no shell:, env: or with: lines) is a tool's output, read.
+    tools_own = "##[group]Run make\n+ make gen\nERROR: generated files are out of date\n##[endgroup]\n"
+    assert classify(tools_own, rules).match.line_number == 3
