@@ -5,6 +5,7 @@ from ootci import runners
 from ootci.models import AlertRule, Incident
 from relay.alerts import incidents
 from tests.hud import builders
+from tests.relay.alerts.test_incidents import rules_installed
 
 
 def fleet(backend, *, bad_failures: int, bad_jobs: int = 12, good_jobs: int = 40, good_failures: int = 2):
@@ -55,6 +56,7 @@ def test_jobs_older_than_24_hours_do_not_count(make_backend):
 
 
 def test_a_sick_runner_opens_an_incident_and_resolves_when_it_recovers(make_backend):
+    rules_installed()  # a transactional test's flush before this one removes the migration's rules
     backend = make_backend("acme/npu")
     jobs = fleet(backend, bad_failures=9)
 
