@@ -1,9 +1,7 @@
-import sys
-from pathlib import Path
-
 from django.core.management.base import BaseCommand, CommandError
 
 from ootci import ci_providers
+from ootci.management.input import text_of
 
 
 class Command(BaseCommand):
@@ -20,13 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("--reason", default="", help="Recorded on every change")
 
     def handle(self, *args, path: str, dry_run: bool, reason: str, **options):
-        if path == "-":
-            text = options.get("stdin", sys.stdin).read()
-        else:
-            try:
-                text = Path(path).read_text()
-            except OSError as exc:
-                raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+        text = text_of(path, options)
         try:
             plan = ci_providers.plan(*ci_providers.parse(text))
         except ci_providers.CiProvidersError as exc:

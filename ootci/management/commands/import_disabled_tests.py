@@ -1,9 +1,7 @@
-import sys
-from pathlib import Path
-
 from django.core.management.base import BaseCommand, CommandError
 
 from ootci.disabled import registry
+from ootci.management.input import text_of
 from ootci.models import Backend
 
 
@@ -29,7 +27,7 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"{backend} is not a backend in the allowlist")
         try:
-            entries = registry.parse(self.read(path, options))
+            entries = registry.parse(text_of(path, options))
         except registry.DisabledFileError as exc:
             problems = "\n  ".join(exc.problems)
             raise CommandError(f"{path} is not a valid disabled-tests file; nothing changed:\n  {problems}") from None
@@ -46,16 +44,6 @@ class Command(BaseCommand):
             plan, actor="import_disabled_tests", reason=reason or f"imported from {path}", progress=self.progress
         )
         self.stdout.write(self.style.SUCCESS(f"Applied to {found.repo}: {plan.summary}."))
-
-    def read(self, path: str, options: dict) -> str:
-        if path == "-":
-            return options.get("stdin", sys.stdin).read()
-        try:
-            return Path(path).read_text()
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
-        except UnicodeDecodeError:
-            raise CommandError(f"{path} is not UTF-8 text") from None
 
     def progress(self, done: int, total: int) -> None:
         """On stderr, so the diff on stdout stays clean; only for runs of more than one batch."""
