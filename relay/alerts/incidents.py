@@ -308,6 +308,14 @@ def runners_evaluate(backend: Backend, *, now: datetime | None = None) -> dict[s
     return done
 
 
+def runners_recheck(*, now: datetime) -> int:
+    """The backends with a firing sick-runner incident evaluated again (every minute): a runner whose failures left
+    the 24 h window resolves without waiting for its backend's next job."""
+    firing = Incident.objects.filter(state=Incident.State.FIRING, rule__kind=AlertRule.Kind.SICK_RUNNER)
+    backends = Backend.objects.filter(pk__in=firing.values("backend_id"))
+    return sum(runners_evaluate(backend, now=now).get("resolved", 0) for backend in backends)
+
+
 def skips_evaluate(run_id: int) -> str:
     """More than the threshold (SKIP_ALERT_TESTS, 50) of a backend's tests started skipping on the day of a
     baseline run just recorded in the skip ledger: an incident, resolved by a later day under the threshold."""
@@ -330,7 +338,9 @@ def skips_evaluate(run_id: int) -> str:
 
 
 def periodic_evaluate(*, now: datetime | None = None) -> dict:
-    """The schedule (every minute): relay health, the readiness gates, silent backends and lost notifications."""
+    """The schedule (every minute): relay health, the readiness gates, silent backends, sick runners that recovered
+    and lost notifications."""
     at = now or timezone.now()
     found = {"relay": relay_evaluate(now=at), "gates": gates_evaluate(now=now), "stale": stale_evaluate(now=at)}
-    return found | {"webhooks": relay_silence_evaluate(now=at), "resent": len(notify.notifications_resume(now=at))}
+    found |= {"webhooks": relay_silence_evaluate(now=at), "runners": runners_recheck(now=at)}
+    return found | {"resent": len(notify.notifications_resume(now=at))}

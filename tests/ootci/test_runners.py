@@ -1,6 +1,10 @@
 """Sick runners (ootci.runners): a runner failing significantly more than its backend over 24 h, at least 10 jobs;
 the sick_runner incident and the infra-candidate evidence."""
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from ootci import runners
 from ootci.models import AlertRule, Incident
 from relay.alerts import incidents
@@ -70,3 +74,15 @@ def test_a_sick_runner_opens_an_incident_and_resolves_when_it_recovers(make_back
     type(failed).objects.filter(job_name__startswith="b").update(conclusion="success")
 
     assert incidents.runners_evaluate(backend) == {"resolved": 1}
+
+
+def test_the_schedule_resolves_a_sick_runner_whose_failures_left_the_day_without_a_new_job(make_backend):
+    rules_installed()
+    backend = make_backend("acme/npu")
+    fleet(backend, bad_failures=9)
+    assert incidents.runners_evaluate(backend) == {"opened": 1}
+
+    assert incidents.periodic_evaluate()["runners"] == 0  # still sick: it keeps firing
+    assert incidents.periodic_evaluate(now=timezone.now() + timedelta(hours=25))["runners"] == 1
+
+    assert Incident.objects.get(rule__kind=AlertRule.Kind.SICK_RUNNER).state == Incident.State.RESOLVED
