@@ -3,7 +3,7 @@ import io
 from django.core.management import call_command
 from django.db.models import Count
 
-from ootci.models import Backend, Delivery, Dispatch, JobResult, LevelChange, PullRequest
+from ootci.models import Backend, Delivery, Dispatch, JobResult, LedgerFile, LedgerRun, LevelChange, PullRequest
 
 
 def counts() -> dict:
@@ -37,6 +37,9 @@ def test_seed_demo_covers_what_the_pages_show(db):
     rerun = JobResult.objects.filter(run_attempt=2).first()
     assert JobResult.objects.filter(run_id=rerun.run_id, run_attempt=1, job_name=rerun.job_name).exists()
     assert rerun.queue_time is None
+    # Where each job ran, and the skip ledger of the baseline runs with a report (the coverage page).
+    assert not JobResult.objects.filter(environment={}).exists()
+    assert LedgerRun.objects.exists() and LedgerFile.objects.exists()
 
 
 def test_on_the_demo_no_test_is_flaky_beside_a_flakiness_of_zero(db, settings):

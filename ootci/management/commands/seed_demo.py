@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from ootci import levels
+from ootci import ledger, levels
 from ootci.demo import AUTHORS, BACKENDS, DAYS, OPS, PR_COUNT, REPORTS, TESTS, TITLES, TRACEBACK, sha
 from ootci.models import (
     Backend,
@@ -30,7 +30,7 @@ class Command(BaseCommand):
     help = "Load the demo data set: a dozen backends, a few hundred PRs and 30 days of job results."
 
     def handle(self, *args, **options):
-        self.rng = random.Random(54)
+        self.rng, self.places = random.Random(54), random.Random(29)
         self.now = timezone.now().replace(microsecond=0)
         self.upstream = settings.UPSTREAM_REPO
         self.run_id = 7_000_000_000
@@ -43,6 +43,8 @@ class Command(BaseCommand):
             Dispatch.objects.bulk_create(self.dispatches, batch_size=2000)
             JobResult.objects.bulk_create(self.jobs, batch_size=2000)
             self.reports_seeded()
+            for job in self.baseline_reported:  # the skip ledger, as each report's parse records it
+                ledger.ledger_record(job_id=job.pk)
             self.rejections()
         self.stdout.write(
             f"Demo data: {len(backends)} backends, "
@@ -248,6 +250,7 @@ class Command(BaseCommand):
                 one_shot=False,
                 relay_decided=conclusion == "timed_out" and rng.random() < 0.5,
                 created_at=started,
+                environment=self.environment(backend),
             )
         )
         if conclusion in ("failure", "cancelled") and attempt == 1 and rng.random() < 0.35:
@@ -270,6 +273,12 @@ class Command(BaseCommand):
                     wanted,
                     run_id=run_id,
                 )
+
+    def environment(self, backend) -> dict:
+        """Where a demo job ran: one of four runners of its device (its own random stream: results stay the same)."""
+        device = backend.device or "cpu"
+        runner = f"{device}-{self.places.randrange(4):02d}"
+        return {"device": device, "device_count": 8, "runner": runner, "runner_labels": [device, "linux"]}
 
     def reports_seeded(self) -> None:
         """Parsed reports for the latest completed jobs that reported counts: thousands of cases each, of which the
@@ -310,6 +319,7 @@ class Command(BaseCommand):
                 if name not in job.failed_tests:
                     cases.append((report, job, file, klass, test, "passed", int(name in flaky), ""))
         TestReport.objects.bulk_create(reports, batch_size=2000)
+        self.baseline_reported = sorted((j for j in jobs if j.event_type != "pull_request"), key=lambda j: j.created_at)
         TestCase.objects.bulk_create(
             [
                 TestCase(
