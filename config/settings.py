@@ -61,6 +61,12 @@ MIDDLEWARE = [
     "hud.web.middleware.unit_of_work",
     "ootci.http.errors.DatabaseUnavailableMiddleware",
 ]
+# The relay's write endpoints (/github/…, /api/crcr/…) go through this chain instead (config/handlers.py, gunicorn's
+# config.wsgi): none of the HUD's, which did nothing for them but cost every callback CPU.
+WRITE_ENDPOINT_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "ootci.http.errors.DatabaseUnavailableMiddleware",
+]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -87,7 +87,9 @@ def refuse_to_start() -> None:
     """Run the deployment checks at a production start; an error stops it with what to fix."""
     if settings.DEBUG:
         return
-    errors = [m for m in checks.run_checks(include_deployment_checks=True) if m.level >= checks.ERROR]
+    silenced = set(settings.SILENCED_SYSTEM_CHECKS)  # as `manage.py check` honours them
+    found = checks.run_checks(include_deployment_checks=True)
+    errors = [m for m in found if m.level >= checks.ERROR and m.id not in silenced]
     if errors:
         from django.core.exceptions import ImproperlyConfigured
 

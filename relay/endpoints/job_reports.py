@@ -121,7 +121,7 @@ def callback_accept(
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
     if applied.changed and applied.job.status == JobResult.Status.COMPLETED:
         job_id = applied.job.pk
-        transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id, save=False), robust=True)
     return CallbackOutcome(applied.job, applied.changed)
 
 

@@ -192,7 +192,7 @@ def pull_request_check_runs_backfill(*, delivery_pk: int) -> int:
 def _check_runs_enqueue(job_ids: list[int]) -> None:
     # A lost enqueue (broker down) leaves that check run behind the row until the job's next report.
     for pk in job_ids:
-        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.check_run_sync", pk), robust=True)
+        transaction.on_commit(lambda pk=pk: async_task("relay.tasks.check_run_sync", pk, save=False), robust=True)
 
 
 def _claim_seconds() -> float:

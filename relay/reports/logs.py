@@ -52,7 +52,7 @@ def job_log_wanted(job: JobResult) -> bool:
 def job_log_after_report(*, job: JobResult) -> None:
     """Queue the classification of a job whose report just completed it as failed (callbacks' follow-up work)."""
     if job_log_wanted(job):
-        transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk, save=False), robust=True)
 
 
 def log_key(job: JobResult) -> str:
@@ -203,12 +203,12 @@ def _verdict_store(job: JobResult, found: JobFailure, classification: Classifica
         if found.line and JobResult.objects.filter(pk=job.pk, upstream_check_run_id__isnull=False).exists():
             # Its L3/L4 check run shows the failure line (and may wait for this verdict): sync it again (by name:
             # check_runs does not import us).
-            transaction.on_commit(lambda: async_task("relay.tasks.check_run_sync", job.pk), robust=True)
+            transaction.on_commit(lambda: async_task("relay.tasks.check_run_sync", job.pk, save=False), robust=True)
     job.failure_class = verdict.failure_class
     job.refresh_from_db(fields=["failure_class", "outcome", "verdict", "auto_retry_at", "auto_retry_note"])
     found_verdict = baseline.job_verdict(job)
     if job.event_type == "pull_request":  # the PR comment groups its failures by verdict: bring it along
-        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk, save=False), robust=True)
     if found_verdict and baseline.infra_retry_due(job, found_verdict):  # relay.reports.verdicts.job_infra_retry
         transaction.on_commit(lambda: async_task("relay.tasks.job_infra_retry", job.pk), robust=True)
 

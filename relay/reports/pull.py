@@ -7,7 +7,6 @@ before any row points at them, so a parser crash or a deploy loses nothing: ``ma
 (or the admin's "re-parse") parses them again.
 """
 
-import fnmatch
 import hashlib
 import logging
 import re
@@ -32,6 +31,7 @@ from ootci.reports import junit
 from relay.github import check_runs
 from relay.github import client as github
 from relay.reliability import archive
+from relay.reports.artifacts import job_artifacts
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def report_store(
             content_encoding=content_encoding[:20],
             store_key=key,
         )
-        transaction.on_commit(lambda: async_task("relay.tasks.report_parse", report.pk), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.report_parse", report.pk, save=False), robust=True)
     return report, True
 
 
@@ -163,21 +163,6 @@ def upload_sniff(received: Received, *, content_encoding: str) -> None:
 # --- artifact pull ----------------------------------------------------------------------------------------------------
 
 
-def artifact_id_named(job: JobResult) -> int | None:
-    """The artifact id of the job's ``artifact_url`` when it is exactly
-    ``https://github.com/<verified repo>/actions/runs/<its run_id>/artifacts/<id>``; None for anything else, which
-    stays a link and is never fetched."""
-    pattern = (
-        r"https://github\.com/"
-        + re.escape(job.backend.repo)
-        + r"/actions/runs/"
-        + re.escape(job.run_id)
-        + r"/artifacts/([0-9]{1,20})"
-    )
-    match = re.fullmatch(pattern, job.artifact_url or "", re.IGNORECASE)
-    return int(match[1]) if match else None
-
-
 def job_reports_pull(*, job_id: int, attempt: int = 1) -> dict[str, int]:
     """Pull the test reports of a completed GitHub Actions job attempt from its run's artifacts, as the App. GitHub
     trouble is retried later (PULL_ATTEMPTS in all); what was pulled before is not pulled again."""
@@ -202,19 +187,7 @@ def job_reports_pull(*, job_id: int, attempt: int = 1) -> dict[str, int]:
 
 def _job_reports_pulled(job: JobResult) -> int:
     repo = job.backend.repo
-    named = artifact_id_named(job)
-    if named is not None:
-        artifacts = [{"id": named, "name": "", "size_in_bytes": 0, "expired": False}]
-    else:
-        if job.artifact_url:
-            logger.info("job %s: artifact_url %r is not this run's artifact: kept as a link", job.pk, job.artifact_url)
-        artifacts = [
-            item
-            for item in github.run_artifacts(repo=repo, run_id=int(job.run_id))
-            if fnmatch.fnmatchcase(item["name"], job.backend.report_pattern or "test-reports*")
-            and job.job_name in item["name"]
-            and not item["expired"]
-        ]
+    artifacts = job_artifacts(job)
     pulled = 0
     for item in artifacts:
         if TestReport.objects.filter(job=job, artifact_id=item["id"]).exists():
@@ -346,7 +319,7 @@ def job_counts_from_reports(job: JobResult) -> None:
     job.refresh_from_db()
     baseline.job_verdict(job)
     if job.event_type == Event.PULL_REQUEST:  # the PR comment groups its failures by verdict: bring it along
-        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk), robust=True)
+        transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk, save=False), robust=True)
     if job.dispatch_id is not None:
         check_runs.check_run_after_report(job=job, pull_request_id=job.dispatch.delivery.pull_request_id)
 

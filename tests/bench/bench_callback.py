@@ -1,20 +1,21 @@
-"""Callback benchmark: sustained throughput and latency of POST /github/callback under gunicorn.
+"""Callback benchmark: throughput, latency and CPU of POST /github/callback in the production shape, worker included.
 
 Run: .venv/bin/pytest -s tests/bench/bench_callback.py        (prints figures)
+     BENCH_BASELINE=/path/to/another/checkout ...              (before/after, interleaved: baseline, this, baseline, …)
 
-A dedicated PostgreSQL database (created, migrated, seeded, dropped) and Redis database 12; gunicorn on
-127.0.0.1 with production settings, trusting the fake OIDC issuer, which serves its key set from this
-process. Gunicorn runs the production shape from the README: ``BENCH_WORKERS`` sync workers (default 3, cores
-+ 1), or gthread workers of ``BENCH_THREADS`` threads with HTTP keep-alive when that is over 1. One light client
-process keeps ``BENCH_CLIENTS`` (default 8) connections busy from a thread each (sync workers close each
-connection after its answer, as behind a proxy), posting real reporter bodies — in_progress then completed for
-every job — with a real token (minted once per job before the clock starts, as GitHub mints one per job step)
-and callback token, and times every answer. Every callback goes the whole way: JWT verification, allowlist,
-Redis rate limit, dispatch lookup, state-machine write in PostgreSQL.
+Per tree, a dedicated PostgreSQL database (created, migrated, dropped) and Redis database 12; gunicorn on 127.0.0.1
+with production settings and ``manage.py qcluster`` beside it (the README's production: ``gunicorn -w 3``, qcluster,
+PostgreSQL, Redis), trusting the fake OIDC issuer; a fake GitHub answering in 100 ms, as the App's installation on
+every backend. One light client process keeps ``BENCH_CLIENTS`` (default 8) connections busy from a thread each (sync
+workers close each connection after its answer, as behind a proxy), posting real reporter bodies with a real token
+(minted before the clock starts) and callback token: first every job's in_progress, then every job's completed
+(failure: its log classified, its run's artifacts looked for, its alert rules evaluated). Each backend runs one
+workflow run of ``BENCH_JOBS`` shards. CPU per callback is gunicorn's, PostgreSQL's and Redis's during the phase;
+for completed callbacks the worker's too, until it has done everything they queued.
 
-Target on 2 cores (gunicorn, PostgreSQL, Redis and the client share them): ≥ 300 callbacks/s, p99 < 50 ms.
-The CPU each party used during the run is printed too, with the whole machine's, so that a run slowed by
-something else on the machine can be told apart.
+Goals (issue #30; the reference relay measured on this machine: completed 115/s and 9.7 ms of CPU, in_progress
+104/s and 9.6 ms): callbacks/s >= 2.5x the reference's, p99 < 50 ms, CPU <= 0.6x the reference's. Asserted with a
+margin of MARGIN for a shared, loaded 2-core machine; the median of the rounds is what is asserted.
 """
 
 import http.client
@@ -33,20 +34,27 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import redis
 
+from tests.fakes.github import FakeGitHub, app_key_generate
 from tests.fakes.oidc import AUDIENCE, FakeOidcIssuer, reporter_body
 
 ROOT = Path(__file__).resolve().parents[2]
-DATABASE = "ootci_bench_callbacks"
 SERVER = "postgresql://postgres@127.0.0.1:5432"
-REPOS = int(os.environ.get("BENCH_REPOS", 20))
-JOBS_PER_REPO = int(os.environ.get("BENCH_JOBS", 100))  # 2 callbacks each
+REDIS = "redis://127.0.0.1:6379/12"
+REPOS = int(os.environ.get("BENCH_REPOS", 10))
+JOBS_PER_REPO = int(os.environ.get("BENCH_JOBS", 50))  # shards of one workflow run per backend; 2 callbacks each
 WORKERS = int(os.environ.get("BENCH_WORKERS", 3))
 THREADS = int(os.environ.get("BENCH_THREADS", 1))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", 8))
-GUNICORN = str(ROOT / ".venv/bin/gunicorn")
+BASELINE = os.environ.get("BENCH_BASELINE", "")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5 if BASELINE else 1))
+APP_ID = 4242
 QUIET = ["--log-level", "warning"]
 TICKS = os.sysconf("SC_CLK_TCK")
+# The reference relay on this machine (issue #30): callbacks/s and CPU ms per callback.
+REFERENCE = {"in_progress": (104, 9.6), "completed": (115, 9.7)}
+MARGIN = 0.8  # the goals, loosened by 20 % for a shared machine: throughput x0.8, p99 and CPU /0.8
 
 SEED = """
 import json
@@ -73,61 +81,149 @@ def issuer():
 
 
 @pytest.fixture
-def database():
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DATABASE}")
-    yield f"{SERVER}/{DATABASE}"
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+def github():
+    key = app_key_generate()
+    fake = FakeGitHub(app_id=APP_ID, public_pem=key.public_pem).start()
+    fake.latency = 0.1
+    fake.private_pem = key.private_pem
+    yield fake
+    fake.stop()
 
 
-def test_callback_throughput_and_latency(issuer, database):
-    env = _environment(database, issuer)
-    _manage(env, "migrate", "--no-input", "-v", "0")
+@pytest.fixture
+def trees():
+    """(label, checkout, database) of each tree measured: the baseline's first when there is one."""
+    found = ([("before", Path(BASELINE))] if BASELINE else []) + [("after" if BASELINE else "this", ROOT)]
+    made = [(label, tree, f"{SERVER}/ootci_bench_callbacks_{n}") for n, (label, tree) in enumerate(found)]
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        for _, _, database in made:
+            name = database.rsplit("/", 1)[1]
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+    yield made
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        for _, _, database in made:
+            conn.execute(f"DROP DATABASE IF EXISTS {database.rsplit('/', 1)[1]} WITH (FORCE)")
+
+
+def test_callback_throughput_latency_and_cpu(issuer, github, trees):
+    for _, tree, database in trees:
+        _manage(tree, _environment(database, issuer, github), "migrate", "--no-input", "-v", "0")
+    results: dict[str, list[dict]] = {label: [] for label, _, _ in trees}
+    for n in range(ROUNDS):
+        for label, tree, database in trees:
+            figures = _round(tree, database, issuer, github)
+            results[label].append(figures)
+            print(f"\n[round {n + 1}, {label}] " + _line(figures))
+    print(
+        f"\ncallbacks: {REPOS} backends x {JOBS_PER_REPO} shards of one run, in_progress then completed, {CLIENTS} "
+        f"client connections, gunicorn {' '.join(_worker_args())} + qcluster, fake GitHub at 100 ms, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {ROUNDS}"
+    )
+    for label, rounds in results.items():
+        print(f"{label}: " + _line({key: statistics.median(r[key] for r in rounds) for key in rounds[0]}))
+    final = results[trees[-1][0]]
+    median = {key: statistics.median(r[key] for r in final) for key in final[0]}
+    for phase, (rate, cpu) in REFERENCE.items():
+        print(f"goal {phase}: >= {2.5 * rate:.0f}/s, p99 < 50 ms, CPU <= {0.6 * cpu:.2f} ms (margin {MARGIN})")
+    for phase, (rate, cpu) in REFERENCE.items():
+        assert median[f"{phase}_rate"] >= 2.5 * rate * MARGIN, (phase, median)
+        assert median[f"{phase}_p99"] < 50 / MARGIN, (phase, median)
+        assert median[f"{phase}_cpu"] <= 0.6 * cpu / MARGIN, (phase, median)
+
+
+def _line(f: dict) -> str:
+    return (
+        f"in_progress {f['in_progress_rate']:.0f}/s p99 {f['in_progress_p99']:.0f} ms CPU {f['in_progress_cpu']:.2f} ms"
+        f" | completed {f['completed_rate']:.0f}/s p99 {f['completed_p99']:.0f} ms CPU {f['completed_cpu']:.2f} ms"
+        f" (web {f['web']:.2f}, worker {f['worker']:.2f}, postgres {f['postgres']:.2f}, redis {f['redis']:.2f}),"
+        f" GitHub calls per completed job {f['github_calls']:.2f} (artifact listings {f['listings']:.2f})"
+    )
+
+
+def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub) -> dict[str, float]:
+    env = _environment(database, issuer, github)
+    redis.Redis.from_url(REDIS).flushdb()
     run = uuid.uuid4().hex[:8]
-    targets = json.loads(_manage(env, "shell", "-v", "0", "-c", SEED.format(repos=REPOS, run=run)).splitlines()[-1])
-    warmup = _jobs(issuer, targets, range(1000, 1000 + 10 * WORKERS * THREADS // REPOS + 1))
-    jobs = _jobs(issuer, targets, range(JOBS_PER_REPO))
+    targets = json.loads(
+        _manage(tree, env, "shell", "-v", "0", "-c", SEED.format(repos=REPOS, run=run)).splitlines()[-1]
+    )
+    warmup = _jobs(issuer, targets, range(1000, 1000 + 10 * WORKERS * THREADS // REPOS + 1), run_base=9_000_000)
+    jobs = _jobs(issuer, targets, range(JOBS_PER_REPO), run_base=7_000_000)
     port = _free_port()
     server = subprocess.Popen(
-        [GUNICORN, "config.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket", *QUIET, *_worker_args()],
-        cwd=ROOT,
+        [
+            str(ROOT / ".venv/bin/gunicorn"),
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--no-control-socket",
+            *QUIET,
+            *_worker_args(),
+        ],
+        cwd=tree,
         env=env,
     )
+    worker = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=tree, env=env)
+    figures: dict[str, float] = {}
     try:
         _wait_until_up(port)
-        _load(port, warmup)  # warm every worker thread: imports, JWKS, database and Redis connections
-        before = _cpu_seconds(server.pid, database)
-        started = time.perf_counter()
-        latencies, failures = _load(port, jobs)
-        elapsed = time.perf_counter() - started
-        used = {name: after - before[name] for name, after in _cpu_seconds(server.pid, database).items()}
+        for phase in (0, 1):
+            _load(port, [[job[phase]] for job in warmup])  # warm every worker: imports, JWKS, connections
+        _drained(worker.pid)
+        calls_before = len(github.requests)
+        for phase, name in ((0, "in_progress"), (1, "completed")):
+            before = _cpu_seconds(server.pid, worker.pid, database)
+            started = time.perf_counter()
+            latencies, failures = _load(port, [[job[phase]] for job in jobs])
+            elapsed = time.perf_counter() - started
+            if phase == 1:
+                _drained(worker.pid)  # everything the completed callbacks queued is done
+            used = {k: after - before[k] for k, after in _cpu_seconds(server.pid, worker.pid, database).items()}
+            assert not failures, failures[:5]
+            total = len(latencies)
+            figures[f"{name}_rate"] = total / elapsed
+            figures[f"{name}_p99"] = statistics.quantiles(latencies, n=100)[98] * 1000
+            parts = ("gunicorn", "postgres", "redis") + (("worker",) if phase == 1 else ())
+            figures[f"{name}_cpu"] = sum(used[k] for k in parts) / total * 1000
+            if phase == 1:
+                for key, part in (
+                    ("web", "gunicorn"),
+                    ("worker", "worker"),
+                    ("postgres", "postgres"),
+                    ("redis", "redis"),
+                ):
+                    figures[key] = used[part] / total * 1000
+        made = github.requests[calls_before:]
+        figures["github_calls"] = len(made) / len(jobs)
+        figures["listings"] = sum(r.path.endswith("/artifacts") for r in made) / len(jobs)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-
+        for process in (server, worker):
+            process.terminate()
+        for process in (server, worker):
+            process.wait(timeout=60)
     with psycopg.connect(database) as conn:
-        rows = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'completed' AND execution_time IS NOT NULL) "
-            "FROM ootci_jobresult WHERE run_id::int < 1000"
-        ).fetchone()
-    total = len(latencies)
-    cuts = statistics.quantiles(latencies, n=100)
-    idle = used.pop("idle") / elapsed / (os.cpu_count() or 1)
-    per_callback = "  ".join(f"{name} {seconds / total * 1000:.2f}" for name, seconds in used.items())
-    print(
-        f"\ncallbacks: {total} over {elapsed:.1f} s, {CLIENTS} client connections "
-        f"({'keep-alive' if THREADS > 1 else 'one per callback'}), gunicorn {' '.join(_worker_args())}, "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}\n"
-        f"throughput: {total / elapsed:.0f} callbacks/s (target >= 300)\n"
-        f"latency ms: p50 {cuts[49] * 1000:.1f}  p90 {cuts[89] * 1000:.1f}  p99 {cuts[98] * 1000:.1f} (target < 50)"
-        f"  max {max(latencies) * 1000:.1f}\n"
-        f"CPU ms per callback: {per_callback} (machine: every process on the machine), idle {idle:.0%}\n"
-        f"jobs stored: {rows[0]}, completed with execution time: {rows[1]}, failed answers: {len(failures)}"
-    )
-    assert not failures, failures[:5]
-    assert rows == (REPOS * JOBS_PER_REPO, REPOS * JOBS_PER_REPO)
+        done = conn.execute(
+            "SELECT count(*) FROM ootci_jobresult WHERE status = 'completed' AND execution_time IS NOT NULL "
+            "AND run_id = ANY(%s)",
+            [[str(7_000_000 + i) for i in range(REPOS)]],
+        ).fetchone()[0]
+    assert done >= len(jobs), done  # earlier rounds' jobs of the same runs count too
+    return figures
+
+
+def _drained(worker_pid: int) -> None:
+    """Wait until the task queue is empty and the worker has been idle for a second."""
+    client = redis.Redis.from_url(REDIS)
+    deadline, last, quiet_since = time.monotonic() + 900, -1.0, time.monotonic()
+    while time.monotonic() < deadline:
+        used = sum(_process_cpu(pid) for pid in _tree(worker_pid))
+        if used != last or any(client.llen(k) for k in client.keys("django_q:*:q")):
+            last, quiet_since = used, time.monotonic()
+        elif time.monotonic() - quiet_since > 1.5:
+            return
+        time.sleep(0.25)
+    raise AssertionError("the worker did not finish within 15 minutes")
 
 
 def _worker_args() -> list[str]:
@@ -136,22 +232,24 @@ def _worker_args() -> list[str]:
     return ["-w", str(WORKERS)]
 
 
-def _jobs(issuer: FakeOidcIssuer, targets: list[dict], numbers: range) -> list[list[tuple[bytes, dict]]]:
+def _jobs(issuer: FakeOidcIssuer, targets: list[dict], numbers: range, *, run_base: int) -> list[list[tuple]]:
     """Each job's two requests, ready to send: signing and encoding are the reporter's cost, not the relay's."""
     jobs = []
     for job in numbers:
-        for target in targets:
-            token = issuer.token(repository=target["repo"], expires_in=900)
+        for n, target in enumerate(targets):
+            token = issuer.token(repository=target["repo"], expires_in=1800)
             headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+            run_id = str(run_base + n)
             requests = []
             for name in ("pull_request.in_progress", "pull_request.completed.failure"):
                 body = reporter_body(
                     name,
                     delivery_id=target["delivery_id"],
                     callback_token=target["callback_token"],
-                    job_name=f"job-{job}",
-                    run_id=str(job),
+                    job_name=f"shard-{job}",
+                    run_id=run_id,
                     check_run_id=str(job),
+                    url=f"https://github.com/{target['repo']}/actions/runs/{run_id}",
                 )
                 requests.append((json.dumps(body).encode(), headers))
             jobs.append(requests)
@@ -197,31 +295,34 @@ def _client(port: int, todo: queue.SimpleQueue, latencies: list[float], failures
         conn.close()
 
 
-def _cpu_seconds(server_pid: int, database: str) -> dict[str, float]:
-    """CPU time so far of this client, gunicorn (master and workers), the database's backends, Redis, the machine."""
-    gunicorn = [server_pid, *_children(server_pid)]
+def _cpu_seconds(server_pid: int, worker_pid: int, database: str) -> dict[str, float]:
+    """CPU time so far of gunicorn (master and workers), the qcluster (every process of it), the database's backends,
+    Redis, the machine."""
     name = database.rsplit("/", 1)[1]
     postgres = [pid for pid in _pids() if name in _read(f"/proc/{pid}/cmdline").replace("\0", " ")]
-    redis = [pid for pid in _pids() if _read(f"/proc/{pid}/comm").strip() == "redis-server"]
-    times = os.times()
+    redis_pids = [pid for pid in _pids() if _read(f"/proc/{pid}/comm").strip() == "redis-server"]
     with open("/proc/stat") as f:
         machine = [int(n) / TICKS for n in f.readline().split()[1:]]
     return {
-        "client": times.user + times.system,
-        "gunicorn": sum(_process_cpu(pid) for pid in gunicorn),
+        "gunicorn": sum(_process_cpu(pid) for pid in _tree(server_pid)),
+        "worker": sum(_process_cpu(pid) for pid in _tree(worker_pid)),
         "postgres": sum(_process_cpu(pid) for pid in postgres),
-        "redis": sum(_process_cpu(pid) for pid in redis),
+        "redis": sum(_process_cpu(pid) for pid in redis_pids),
         "machine": sum(machine) - machine[3] - machine[4],  # all but idle and iowait
-        "idle": machine[3],
     }
+
+
+def _tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(int(p) for p in _read(f"/proc/{current}/task/{current}/children").split())
+    return found
 
 
 def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _children(pid: int) -> list[int]:
-    return [int(p) for p in _read(f"/proc/{pid}/task/{pid}/children").split()]
 
 
 def _process_cpu(pid: int) -> float:
@@ -237,28 +338,32 @@ def _read(path: str) -> str:
         return ""
 
 
-def _environment(database: str, issuer: FakeOidcIssuer) -> dict[str, str]:
+def _environment(database: str, issuer: FakeOidcIssuer, github: FakeGitHub) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     return {
         **keep,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DJANGO_SETTINGS_MODULE": "tests.bench.production_settings",
         "DJANGO_DEBUG": "false",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
         "DJANGO_SECURE_SSL_REDIRECT": "false",
         "DATABASE_URL": database.replace("postgresql://", "postgres://"),
-        "REDIS_URL": "redis://127.0.0.1:6379/12",
+        "REDIS_URL": REDIS,
         "OIDC_ISSUER": issuer.issuer,
         "OIDC_JWKS_URL": issuer.jwks_url,
         "OIDC_AUDIENCE": AUDIENCE,
         "CALLBACK_RATE_LIMIT_PER_MIN": "1000000",  # counted in Redis on every call, never reached
-        "LOG_LEVEL": "WARNING",
+        "GITHUB_API_URL": github.url,
+        "GITHUB_APP_ID": str(APP_ID),
+        "GITHUB_APP_PRIVATE_KEY": github.private_pem,
+        "TEST_REPORTS_URL": (ROOT / "var" / "bench-callback-reports").as_uri(),
+        "LOG_LEVEL": "ERROR",
     }
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
+def _manage(tree: Path, env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+        [sys.executable, "manage.py", *args], cwd=tree, env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -1,0 +1,81 @@
+"""Which artifacts of a GitHub Actions run hold a job's test reports, the run listed once for all its jobs.
+
+A 100-shard run used to list its artifacts 100 times, once per completed job: 100 of the App installation's 5,000
+requests an hour. A listing is kept per run and serves every job that completed before it was taken: the reporter
+runs after a job's upload step, so such a listing already shows what the job uploaded (with LISTING_MARGIN for
+clocks of other hosts). A job that completed after it lists the run again.
+"""
+
+import fnmatch
+import logging
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from ootci.models import JobResult, TestReport
+from relay.github import client as github
+
+logger = logging.getLogger(__name__)
+
+LISTING_SECONDS = 15 * 60  # how long a run's listing is kept for its later jobs
+LISTING_MARGIN = timedelta(seconds=2)  # web and worker clocks on different hosts
+
+
+def artifact_id_named(job: JobResult) -> int | None:
+    """The artifact id of the job's ``artifact_url`` when it is exactly
+    ``https://github.com/<verified repo>/actions/runs/<its run_id>/artifacts/<id>``; None for anything else, which
+    stays a link and is never fetched."""
+    pattern = (
+        r"https://github\.com/"
+        + re.escape(job.backend.repo)
+        + r"/actions/runs/"
+        + re.escape(job.run_id)
+        + r"/artifacts/([0-9]{1,20})"
+    )
+    match = re.fullmatch(pattern, job.artifact_url or "", re.IGNORECASE)
+    return int(match[1]) if match else None
+
+
+def job_artifacts(job: JobResult) -> list[dict[str, Any]]:
+    """The artifacts that hold the job's reports: the one its ``artifact_url`` names, else those of its run whose
+    name matches the backend's report pattern and the job's name. GitHubError when GitHub cannot say."""
+    named = artifact_id_named(job)
+    if named is not None:
+        return [{"id": named, "name": "", "size_in_bytes": 0, "expired": False}]
+    if job.artifact_url:
+        logger.info("job %s: artifact_url %r is not this run's artifact: kept as a link", job.pk, job.artifact_url)
+    pattern = job.backend.report_pattern or "test-reports*"
+    return [
+        item
+        for item in _run_artifacts(job)
+        if fnmatch.fnmatchcase(item["name"], pattern) and job.job_name in item["name"] and not item["expired"]
+    ]
+
+
+def job_artifacts_to_pull(job: JobResult) -> list[dict[str, Any]]:
+    """The job's artifacts not pulled yet (GitHubError when GitHub cannot say)."""
+    found = job_artifacts(job)
+    pulled = set(TestReport.objects.filter(job=job, artifact_id__isnull=False).values_list("artifact_id", flat=True))
+    return [item for item in found if item["id"] not in pulled]
+
+
+def _run_artifacts(job: JobResult) -> list[dict[str, Any]]:
+    key = f"relay:run-artifacts:{job.backend.repo.lower()}:{job.run_id}"
+    done = job.completed_at or job.updated_at
+    try:
+        kept = cache.get(key)
+    except Exception as e:  # a cache that fails costs a listing, never the pull
+        logger.warning("run artifacts: cache unavailable (%s)", e)
+        kept = None
+    if kept is not None and done is not None and kept["at"] >= done + LISTING_MARGIN:
+        return kept["items"]
+    at = timezone.now()  # before the request: what completed by now is in the answer
+    items = github.run_artifacts(repo=job.backend.repo, run_id=int(job.run_id))
+    try:
+        cache.set(key, {"at": at, "items": items}, LISTING_SECONDS)
+    except Exception as e:
+        logger.warning("run artifacts: listing not kept (%s)", e)
+    return items
