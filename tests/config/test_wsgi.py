@@ -13,9 +13,11 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the handler closes a con
 
 
 @pytest.fixture(autouse=True)
-def _starts(settings):
-    # The tests' folder store and Redis are what the deployment checks refuse when DEBUG is off, as pytest runs.
+def _starts(settings, monkeypatch):
+    # The tests' folder store and Redis are what the deployment checks refuse when DEBUG is off, as pytest runs;
+    # the browser tests' plugin sets DJANGO_ALLOW_ASYNC_UNSAFE, which Django's own deployment check refuses.
     settings.SILENCED_SYSTEM_CHECKS = ["relay.E001", "relay.E003"]
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
 
 
 def call(path: str, *, method: str = "GET", body: bytes = b"", headers: dict | None = None):

@@ -40,7 +40,9 @@ FAILED_TESTS = [
     "test_ops.py::TestCommonPRIVATEUSE1::test_add_npu_float32",
     "test_nn.py::TestNNDeviceTypePRIVATEUSE1::test_conv2d_npu_float16",
 ]
-WORKER_TASKS = ["relay.tasks.check_run_sync", "relay.tasks.check_run_sync", "relay.tasks.delivery_dispatches_send"]
+# The worker's records of its tasks: the dispatch. The check-run syncs are not kept when they succeed (save=False:
+# django-q2 prunes its results table at every saved task); their effect at GitHub is what the test checks.
+WORKER_TASKS = ["relay.tasks.delivery_dispatches_send"]
 # What the worker reads from the settings; it gets this process's values through its environment.
 WORKER_SETTINGS = {
     "DJANGO_SECRET_KEY": "SECRET_KEY",  # callback tokens and task payloads are signed with it
@@ -244,7 +246,7 @@ def test_a_pull_request_goes_from_webhook_to_check_run_and_hud(
     assert '<td class="cell test">' in backend_page.text
     assert all(f"<code>{test}</code>" in backend_page.text for test in FAILED_TESTS)
 
-    # The worker ran the tasks (it records each one once done): the dispatch and both check-run updates.
+    # The worker ran the dispatch task (it records it once done).
     def worker_tasks() -> list[str] | None:
         done = Task.objects.filter(cluster=task_worker.queue, success=True, func__in=WORKER_TASKS)
         return sorted(done.values_list("func", flat=True)) if done.count() >= len(WORKER_TASKS) else None
