@@ -31,8 +31,8 @@ class BisectRefused(Exception):
 def bisect_request(*, break_id: int, backend: Backend, user=None) -> str:
     """Start a bisection of the break on ``backend``; BisectRefused (409) when it cannot start."""
     with transaction.atomic():
-        brk = Break.objects.select_for_update().filter(pk=break_id, tests__backend=backend).distinct().first()
-        if brk is None:
+        brk = Break.objects.select_for_update().filter(pk=break_id).first()
+        if brk is None or not brk.tests.filter(backend=backend).exists():
             raise BisectRefused(404, f"{backend.repo} has no break {break_id}.")
         if not backend.bisect:
             raise BisectRefused(409, f"{backend.repo} has not opted in to bisection (its backend's “bisect” field).")
@@ -51,8 +51,8 @@ def bisect_request(*, break_id: int, backend: Backend, user=None) -> str:
 def bisect_advance(*, break_id: int) -> str:
     """The bisection's next step: dispatch the next candidate, or stop (found, inconclusive, capped)."""
     with transaction.atomic():
-        brk = Break.objects.select_for_update().select_related("bisect_backend").filter(pk=break_id).first()
-        if brk is None or brk.bisection != Break.Bisection.RUNNING or brk.bisect_backend is None:
+        brk = Break.objects.select_for_update().filter(pk=break_id).first()
+        if brk is None or brk.bisection != Break.Bisection.RUNNING or brk.bisect_backend_id is None:
             return "not running"
         backend = brk.bisect_backend
         steps = list(brk.steps.filter(backend=backend).select_related("dispatch"))

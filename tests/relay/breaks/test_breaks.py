@@ -8,82 +8,10 @@ import pytest
 
 from ootci.models import AlertRule, Break, BreakTest, Incident, NotificationChannel, Suspect, TestReport
 from tests.hud import builders
-from tests.hud.failing_history import History, generic_id, pushed
+from tests.hud.failing_history import generic_id
+from tests.relay.breaks.history import BAD, GOOD, green, nightly, pr_run, sha
 
 pytestmark = pytest.mark.django_db
-
-UP = "pytorch/pytorch"
-GOOD, BAD = "a0" * 20, "af" * 20
-TESTS = ["t1", "t2", "t3"]
-TRACE = 'Traceback:\n  File "/opt/conda/lib/python3.12/site-packages/torch/_ops.py", line 3\nAssertionError: boom'
-
-
-def sha(n: int) -> str:
-    return f"{n:02x}" * 20
-
-
-@pytest.fixture
-def history(django_capture_on_commit_callbacks):
-    return History(django_capture_on_commit_callbacks)
-
-
-@pytest.fixture
-def upstream_history(fake_github, settings):
-    """GOOD, then five commits up to BAD: #11 (its PR-time run fails t1), #12 (touches torch/_ops.py), #13 (never
-    tested), #14 (its PR-time run passes t1), then BAD (#15, touches docs)."""
-    settings.UPSTREAM_REPO = UP
-    settings.NOTIFY_RETRY_SECONDS = 0
-    fake_github.commit_add(UP, GOOD)
-    fake_github.commit_add(UP, sha(0xA1), pr=11, files=["torch/nn/functional.py"])
-    fake_github.commit_add(UP, sha(0xA2), pr=12, files=["torch/_ops.py"])
-    fake_github.commit_add(UP, sha(0xA3), pr=13, files=["aten/x.cpp"])
-    fake_github.commit_add(UP, sha(0xA4), pr=14, files=["torch/y.py"])
-    fake_github.commit_add(UP, BAD, pr=15, files=["docs/z.md"])
-    return fake_github
-
-
-def report(job, statuses: dict[str, str], capture, message: str = TRACE):
-    cases = {f"test_x.TestX::{t}": (s, 0, message if s == "failed" else "") for t, s in statuses.items()}
-    with capture(execute=True):
-        builders.report_with(job, cases)
-
-
-def nightly(backend, sha_: str, statuses: dict[str, str], capture, *, hours: float):
-    conclusion = "failure" if "failed" in statuses.values() else "success"
-    job = builders.job(
-        backend,
-        name="test-1",
-        conclusion=conclusion,
-        event_type="nightly",
-        head_sha=sha_,
-        finished=builders.ago(hours=hours),
-        run_url=f"https://github.com/{backend.repo}/actions/runs/{int(hours)}",
-    )
-    report(job, statuses, capture)
-    return job
-
-
-def pr_run(backend, number: int, statuses: dict[str, str], capture, *, hours: float):
-    head = f"{number:040x}"
-    pr = builders.pull_request(number, head)
-    pushed(pr, base=GOOD, sha=head, hours=hours + 1)
-    conclusion = "failure" if "failed" in statuses.values() else "success"
-    job = builders.job(
-        backend,
-        name="test-1",
-        conclusion=conclusion,
-        event_type="pull_request",
-        pr_number=number,
-        head_sha=head,
-        finished=builders.ago(hours=hours),
-        run_url=f"https://github.com/{backend.repo}/actions/runs/9{number}",
-    )
-    report(job, statuses, capture)
-    return job
-
-
-def green() -> dict[str, str]:
-    return dict.fromkeys(TESTS, "passed")
 
 
 def test_a_new_failure_opens_a_break_with_suspects_ranked_by_tier(
