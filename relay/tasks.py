@@ -4,6 +4,7 @@ import logging
 
 from ootci import ledger
 from relay.alerts import incidents, notify
+from relay.breaks import alerts as break_alerts_
 from relay.breaks import bisect, detect, suspects
 from relay.endpoints import intake, sha_check
 from relay.github import check_runs, outbox, reruns
@@ -175,3 +176,8 @@ def break_suspects(break_id: int, attempt: int = 1) -> str:
 def bisect_advance(break_id: int) -> str:
     """A bisection's next step, after its request or a step's result."""
     return bisect.bisect_advance(break_id=break_id)
+
+
+def break_alerts(break_id: int) -> dict[str, str]:
+    """Enqueued on commit when a bisection moves: the break's incidents (and issues) brought up to date."""
+    return break_alerts_.break_evaluate_by_id(break_id=break_id)

@@ -17,7 +17,6 @@ from django_q.tasks import async_task
 from ootci import breaks as rules
 from ootci import verdicts
 from ootci.models import BISECT_EVENT, Backend, BisectStep, Break, Delivery, Dispatch, JobResult, TestCase
-from relay.breaks import alerts
 
 STOPPED_BY = {rules.GOOD: BisectStep.State.GOOD, rules.BAD: BisectStep.State.BAD}
 
@@ -77,14 +76,19 @@ def bisect_advance(*, break_id: int) -> str:
             cap = settings.BISECT_DAILY_CAP
             return _stop(brk, Break.Bisection.CAPPED, f"{backend.repo} had its {cap} bisection dispatches in 24 h")
         step = _dispatched(brk, backend, found.sha, n=len(steps) + 1)
-        alerts.break_evaluate(brk)
+        _alerts_follow(brk.pk)
     return f"dispatched {step.sha[:12]}"
+
+
+def _alerts_follow(break_id: int) -> None:
+    """The break's incidents and issues show the bisection (a task: they call GitHub)."""
+    transaction.on_commit(lambda: async_task("relay.tasks.break_alerts", break_id), robust=True)
 
 
 def _stop(brk: Break, state: str, why: str, *, culprit: str = "") -> str:
     brk.bisection, brk.bisect_note, brk.culprit_sha = state, why[:500], culprit
     brk.save(update_fields=["bisection", "bisect_note", "culprit_sha"])
-    alerts.break_evaluate(brk)
+    _alerts_follow(brk.pk)
     return state
 
 
