@@ -19,6 +19,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# Who may ask for a bisection: the admin's "redispatch" permission (a bisection sends dispatches), checked by the
+# relay's endpoint and by the HUD before it shows the button.
+BISECT_PERMISSION = "ootci.change_dispatch"
 STRONG, MEDIUM, UNTESTED, PASSED = "strong", "medium", "untested", "passed"
 TIERS = (STRONG, MEDIUM, UNTESTED, PASSED)
 MEANING = {

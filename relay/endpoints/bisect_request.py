@@ -7,10 +7,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from ootci.breaks import BISECT_PERMISSION
 from ootci.models import Backend
 from relay.breaks import bisect
 
-PERMISSION = "ootci.change_dispatch"
+PERMISSION = BISECT_PERMISSION
 
 
 @require_POST
