@@ -107,9 +107,16 @@ def _not_known_flaky(job: JobResult, tests: list[str]) -> list[str]:
     past = baseline.baseline_history(job.backend_id, tests)
     entries = DisabledTest.objects.active().filter(backend_id=job.backend_id)
     disabled = verdicts.job_disabled_tests(tests, entries.values_list("name", "kind", "test_name", "class_name"))
-    return [
-        t for t in tests if t not in disabled and not verdicts.flaky_evidence(here[t], past[t], sha=job.job_sha).flaky
-    ]
+    return [t for t in tests if t not in disabled and not _flaky(here[t], past[t], sha=job.job_sha)]
+
+
+def _flaky(here: list[dict], past: list[dict], *, sha: str) -> bool:
+    """Flaky by its evidence with this run counted (``verdicts.flaky_evidence``), or by its flakiness known before
+    this run: its last HISTORY results at other SHAs."""
+    if verdicts.flaky_evidence(here, past, sha=sha).flaky:
+        return True
+    score, n = verdicts.flakiness([r for r in past if r["job_sha"] != sha][: verdicts.HISTORY])
+    return score is not None and n >= verdicts.FLAKY_MIN_RESULTS and score >= verdicts.FLAKY_THRESHOLD
 
 
 def _fixed(job: JobResult, cases: dict[str, dict]) -> int:

@@ -27,11 +27,9 @@ from ootci.models import (
     BisectStep,
     Break,
     BreakTest,
-    CompareRange,
-    JobResult,
     NotificationChannel,
     PullRequest,
-    UpstreamCommit,
+    TestCase,
 )
 from tests.hud import builders
 from tests.hud.failing_history import pushed
@@ -51,7 +49,7 @@ def key(test: str) -> str:
     return f"test_m{k}.TestM{k}::{test}"
 
 
-def test_id(test: str) -> str:
+def generic(test: str) -> str:
     k = int(test[1:]) % 8 if test[0] == "s" else 9
     return f"test_m{k}.py::TestM{k}::{test}"
 
@@ -97,8 +95,10 @@ class World:
 
     def pr_run(self, backend, number: int, day: int, *, breaks: str = ""):
         head = f"e{number:039x}"
-        pr = PullRequest.objects.filter(number=number).first() or builders.pull_request(number, head)
-        pushed(pr, base=commit_sha(day * PER_DAY - 1), sha=head, hours=(DAYS - day) * 24 + 14)
+        pr = PullRequest.objects.filter(number=number).first()
+        if pr is None:  # one PR, its head pushed once, whatever the backends that run it
+            pr = builders.pull_request(number, head)
+            pushed(pr, base=commit_sha(day * PER_DAY - 1), sha=head, hours=(DAYS - day) * 24 + 14)
         statuses = self.statuses(backend.pk, day - 0.5)
         if breaks:
             statuses[key(breaks)] = ("failed", 0, self.messages[backend.pk, breaks])
@@ -160,6 +160,8 @@ def test_who_broke_it(settings, fake_github, make_backend, django_capture_on_com
             files = [planted["file"], "torch/a0.py"]
         fake_github.commit_add(UP, commit_sha(i), pr=100_000 + i, files=files)
 
+    # GitHub answers in 100 ms; every break's range is new to the cache (ranges of days never overlap).
+    fake_github.latency, took = 0.1, []
     started = time.perf_counter()
     for day in range(DAYS):
         planted = truth.get(day)
@@ -171,15 +173,14 @@ def test_who_broke_it(settings, fake_github, make_backend, django_capture_on_com
                         world.pr_run(b, 100_000 + i, day, breaks=planted["test"])
                     elif not is_culprit and rng.random() < NOISE_TESTED:
                         world.pr_run(b, 100_000 + i, day)
-        if day == DAYS - 1:  # the last day, timed: GitHub at 100 ms and nothing cached
-            CompareRange.objects.all().delete()
-            UpstreamCommit.objects.all().delete()
-            fake_github.latency = 0.1
         for b in backends:
             at = time.perf_counter()
             world.nightly(b, day)
-            if day == DAYS - 1:
-                last = time.perf_counter() - at
+            if planted is not None and b == next(x for x in backends if x in planted["backends"]):
+                # Tasks run inline: the nightly's report, its break, the suspects and the issue are all done here.
+                took.append(time.perf_counter() - at)
+                brk = Break.objects.get(bad_sha=commit_sha(day * PER_DAY + PER_DAY - 1))
+                assert brk.suspects_at is not None and (b.repo.lower(), 1) in fake_github.issues
     built = time.perf_counter() - started
 
     ranks, first, top3 = [], 0, 0
@@ -191,24 +192,24 @@ def test_who_broke_it(settings, fake_github, make_backend, django_capture_on_com
         first += rank == 1
         top3 += rank <= 3
         tests = set(brk.tests.values_list("backend_id", "test_id"))
-        assert {(b.pk, test_id(planted["test"])) for b in planted["backends"]} <= tests
+        assert {(b.pk, generic(planted["test"])) for b in planted["backends"]} <= tests
     tested = [r for (d, p), r in zip(truth.items(), ranks, strict=True) if p["tested"]]
     untested = [r for (d, p), r in zip(truth.items(), ranks, strict=True) if not p["tested"]]
 
     # Flaky tests: breaks they opened at a run where their flakiness (over their results before it) was known.
     known_flaky, flaky_breaks = 0, 0
-    for bt in BreakTest.objects.filter(test_id__in=[test_id(t) for t in FLAKY]).select_related("job"):
+    for bt in BreakTest.objects.filter(test_id__in=[generic(t) for t in FLAKY]).select_related("job"):
         flaky_breaks += 1
-        rows = list(
-            JobResult.objects.filter(backend_id=bt.backend_id, event_type="nightly", finished_at__lt=bt.job.finished_at)
-            .order_by("-finished_at")
-            .values_list("test_cases__status", flat=True)
-            .filter(test_cases__test_id=bt.test_id)[: verdicts.HISTORY]
+        before = TestCase.objects.filter(
+            job__backend_id=bt.backend_id,
+            job__event_type="nightly",
+            job__finished_at__lt=bt.job.finished_at,
+            test_id=bt.test_id,
         )
+        rows = list(before.order_by("-job__finished_at").values_list("status", flat=True)[: verdicts.HISTORY])
         score, n = verdicts.flakiness([{"status": s} for s in rows])
         known_flaky += score is not None and n >= verdicts.FLAKY_MIN_RESULTS and score >= verdicts.FLAKY_THRESHOLD
 
-    # Time to suspects on the last day (a cold cache, GitHub at 100 ms): the red baseline's report → its issue.
     closed = Break.objects.filter(state="closed").count()
     n = len(truth)
     print(f"\n{BACKENDS} backends x {DAYS} days, {n} planted breaks ({len(tested)} PR-tested), built in {built:.0f} s")
@@ -222,12 +223,12 @@ def test_who_broke_it(settings, fake_github, make_backend, django_capture_on_com
         f"of which at a known flakiness >= {verdicts.FLAKY_THRESHOLD:.0%}: {known_flaky} (goal 0)"
     )
     print(
-        f"last nightly's report to its breaks' suspects and issue, GitHub at 100 ms, cold cache: {last:.2f} s "
-        f"(goal <= 600 s)"
+        f"a red nightly's report to its break's suspects and issue, GitHub at 100 ms, cold cache: median "
+        f"{sorted(took)[len(took) // 2]:.1f} s, max {max(took):.1f} s (goal <= 600 s)"
     )
     assert first / n >= 0.6 + 0.05 and top3 / n >= 0.8 + 0.05
     assert known_flaky == 0
-    assert last <= 600 / 10
+    assert max(took) <= 600 / 10
 
 
 def test_a_bisection_over_100_commits_ends_in_at_most_7_dispatches(
@@ -246,6 +247,7 @@ def test_a_bisection_over_100_commits_ends_in_at_most_7_dispatches(
         fake_github.commit_add(UP, sha)
     counts = []
     for n, culprit in enumerate(rng.sample(range(1, 101), 8)):
+        test = STABLE[n]  # a test of its own: the same one breaking eight times would look flaky
         good = builders.job(
             backend,
             name="t",
@@ -254,7 +256,7 @@ def test_a_bisection_over_100_commits_ends_in_at_most_7_dispatches(
             finished=builders.ago(hours=200 - 10 * n, minutes=1),
         )
         with capture(execute=True):
-            builders.report_with(good, {key("s00"): "passed"})
+            builders.report_with(good, {key(test): "passed"})
         bad = builders.job(
             backend,
             name="t",
@@ -264,7 +266,7 @@ def test_a_bisection_over_100_commits_ends_in_at_most_7_dispatches(
             finished=builders.ago(hours=200 - 10 * n - 5),
         )
         with capture(execute=True):
-            builders.report_with(bad, {key("s00"): "failed"})
+            builders.report_with(bad, {key(test): "failed"})
         brk = Break.objects.get(bad_sha=shas[100], state="open")
         before = len(fake_github.dispatches())
         with capture(execute=True):
@@ -273,7 +275,7 @@ def test_a_bisection_over_100_commits_ends_in_at_most_7_dispatches(
             job = builders.job(backend, name="t", conclusion="success", dispatch_=step.dispatch)
             fails = shas.index(step.sha) >= culprit
             with capture(execute=True):
-                builders.report_with(job, {key("s00"): "failed" if fails else "passed"})
+                builders.report_with(job, {key(test): "failed" if fails else "passed"})
         brk.refresh_from_db()
         assert (brk.bisection, brk.culprit_sha) == ("found", shas[culprit])
         counts.append(len(fake_github.dispatches()) - before)
