@@ -255,6 +255,10 @@ DISPATCH_RETRY_LATER_MAX_SECONDS = env.float("DISPATCH_RETRY_LATER_MAX_SECONDS",
 # of one upstream event mean an outage, when infra failures are not re-run automatically.
 VERDICT_WAIT_SECONDS = env.float("VERDICT_WAIT_SECONDS", default=120.0)
 AUTO_RETRY_OUTAGE_JOBS = env.int("AUTO_RETRY_OUTAGE_JOBS", default=5)
+# Breaks (relay/breaks/): suspects ranked per break (at most), and the bisection dispatches one backend may be sent in
+# 24 h (a bisection stops at the cap; 0: no bisection at all).
+BREAK_SUSPECTS_KEPT = env.int("BREAK_SUSPECTS_KEPT", default=50)
+BISECT_DAILY_CAP = env.int("BISECT_DAILY_CAP", default=10)
 
 # Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
 # {"L4": {"queue_avg_minutes": 20}}. The figures they are read against come from the HUD (``gates.figures_from``).

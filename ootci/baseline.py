@@ -156,7 +156,7 @@ def _group_verdicts(backend_id: int, event: str, sha: str, jobs: list[JobResult]
     here = defaultdict(list)
     for r in TestCase.objects.filter(job_id__in=here_ids, test_id__in=tests).values("test_id", "status", "reruns"):
         here[r["test_id"]].append(r)
-    past = _history(backend_id, tests)
+    past = baseline_history(backend_id, tests)
     entries = DisabledTest.objects.active().filter(backend_id=backend_id)
     disabled = verdicts.job_disabled_tests(tests, entries.values_list("name", "kind", "test_name", "class_name"))
     finished = None
@@ -238,7 +238,7 @@ def baseline_status(statuses: set[str]) -> str:
     return "passed" if verdicts.PASSED in statuses else "absent"
 
 
-def _history(backend_id: int, tests: list[str]) -> dict[str, list[dict]]:
+def baseline_history(backend_id: int, tests: list[str]) -> dict[str, list[dict]]:
     """Each test's last HISTORY results on the backend, newest first."""
     newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
     rows = (

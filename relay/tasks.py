@@ -4,6 +4,8 @@ import logging
 
 from ootci import ledger
 from relay.alerts import incidents, notify
+from relay.breaks import alerts as break_alerts_
+from relay.breaks import bisect, detect, suspects
 from relay.endpoints import intake, sha_check
 from relay.github import check_runs, outbox, reruns
 from relay.reliability import journal, sweeper
@@ -146,3 +148,36 @@ def alerts_periodic() -> dict:
 def notification_send(notification_id: int, attempt: int = 1) -> str:
     """Enqueued on commit when an incident changes; retries schedule it again."""
     return notify.notification_send(notification_id=notification_id, attempt=attempt)
+
+
+# --- breaks: suspects and bisection --------------------------------------------------------------------------------
+
+
+def breaks_after_report(job_id: int) -> str:
+    """Enqueued on commit when a baseline run's report is parsed: the breaks it opens, joins or closes."""
+    return detect.breaks_after_report(job_id=job_id)
+
+
+def bisect_step_report(job_id: int) -> str:
+    """Enqueued on commit when a bisection step's report is parsed: the step decided, the next one dispatched."""
+    return bisect.step_after_report(job_id=job_id)
+
+
+def bisect_step_ended(job_id: int) -> str:
+    """Enqueued by a bisection step's completed callback: inconclusive when no report is to come."""
+    return bisect.step_after_completion(job_id=job_id)
+
+
+def break_suspects(break_id: int, attempt: int = 1) -> str:
+    """Enqueued on commit when a break opens or gains tests; GitHub trouble schedules it again."""
+    return suspects.break_suspects(break_id=break_id, attempt=attempt)
+
+
+def bisect_advance(break_id: int) -> str:
+    """A bisection's next step, after its request or a step's result."""
+    return bisect.bisect_advance(break_id=break_id)
+
+
+def break_alerts(break_id: int) -> dict[str, str]:
+    """Enqueued on commit when a bisection moves: the break's incidents (and issues) brought up to date."""
+    return break_alerts_.break_evaluate_by_id(break_id=break_id)

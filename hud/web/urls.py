@@ -3,6 +3,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from hud.web import (
     api,
+    api_breaks,
     api_coverage,
     api_disabled,
     api_failing,
@@ -10,6 +11,7 @@ from hud.web import (
     api_incidents,
     api_results,
     views,
+    views_breaks,
     views_coverage,
     views_history,
 )
@@ -29,6 +31,7 @@ urlpatterns: list = [
     path("oot/<str:org>/<str:repo>/jobs/<int:job_id>/", views.job, name="job"),
     path("oot/<str:org>/<str:repo>/readiness/", views.readiness, name="readiness"),
     path("oot/<str:org>/<str:repo>/coverage/", views_coverage.coverage, name="coverage"),
+    path("oot/<str:org>/<str:repo>/breaks/", views_breaks.breaks, name="breaks"),
     path("oot/<str:org>/<str:repo>/badge.svg", views.badge, name="badge"),
     path(
         "oot/<str:org>/<str:repo>/disabled-tests.json",
@@ -57,5 +60,6 @@ urlpatterns: list = [
     ),
     path("api/oot/<str:org>/<str:repo>/readiness/", api.ReadinessView.as_view(), name="api-readiness"),
     path("api/oot/<str:org>/<str:repo>/coverage/", api_coverage.CoverageView.as_view(), name="api-coverage"),
+    path("api/oot/<str:org>/<str:repo>/breaks/", api_breaks.BreaksView.as_view(), name="api-breaks"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

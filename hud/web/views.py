@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_page
 
+from hud.breaks import queries as breaks_queries
 from hud.coverage import queries as coverage_queries
 from hud.failing import classes
 from hud.failing import queries as failing_queries
@@ -128,7 +129,8 @@ def failing_tests(request: HttpRequest, info: BackendInfo) -> HttpResponse:
     if found is None:
         context["problem"] = f"No pull request #{pr} has been relayed."
         return render(request, "hud/failing_tests.html", context, status=404)
-    return render(request, "hud/failing_tests.html", context | {"found": found})
+    shown = breaks_queries.breaks(backend_id=info.id, bad_sha=found.sha) if pr is None and found.sha else []
+    return render(request, "hud/failing_tests.html", context | {"found": found, "breaks": shown})
 
 
 def group_failing(group: PrGroup) -> bool:

@@ -6,6 +6,7 @@ Kept beside ``hud.web.views`` (same shape: read parameters, ask hud.figures.quer
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from hud.breaks import queries as breaks_queries
 from hud.history import assembly
 from hud.history import queries as history_queries
 from hud.web import params
@@ -34,4 +35,6 @@ def detail(request: HttpRequest, generic_id: str) -> HttpResponse:
         raise Http404("No test has this id")
     days = params.days(request)
     found = history_queries.page(generic_id=generic_id, days=days)
-    return render(request, "hud/test.html", {"history": found, "days": days, "day_choices": params.DAYS})
+    context = {"history": found, "days": days, "day_choices": params.DAYS}
+    context["breaks"] = breaks_queries.breaks(test_id=generic_id) if found else []
+    return render(request, "hud/test.html", context)

@@ -40,7 +40,7 @@ class BackendForm(forms.ModelForm):
 
     class Meta:
         model = Backend
-        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "probe", "exonerate"]
+        fields = ["repo", "level", "device", "oncalls", "events", "enabled", "probe", "exonerate", "bisect"]
         fields += ["nightly_cadence_minutes", "periodic_cadence_minutes", "stale_grace_minutes", "notes"]
 
     def __init__(self, *args, **kwargs):

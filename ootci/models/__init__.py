@@ -9,11 +9,13 @@
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
 - ``disabled``: the disabled-test registry (DisabledTest), served to each backend's CI.
 - ``ledger``: the skip ledger (LedgerRun, LedgerFile): what each baseline run covers, by test file, and its diff.
+- ``breaks``: tests newly failing on a baseline run, their suspects, bisection steps and the commit cache.
 - ``broker``: tasks the broker could not take while Redis was down (DeferredTask).
 """
 
 from ootci.events import Event
 from ootci.models.alerts import AlertRule, Incident, Notification, NotificationChannel, PrComment
+from ootci.models.breaks import BISECT_EVENT, BisectStep, Break, BreakTest, CompareRange, Suspect, UpstreamCommit
 from ootci.models.broker import DeferredTask
 from ootci.models.core import (
     REPO_PATTERN,
@@ -40,6 +42,13 @@ from ootci.models.runs import (
 )
 
 __all__ = [
+    "BISECT_EVENT",
+    "BisectStep",
+    "Break",
+    "BreakTest",
+    "CompareRange",
+    "Suspect",
+    "UpstreamCommit",
     "Exoneration",
     "AlertRule",
     "Incident",

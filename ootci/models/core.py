@@ -75,6 +75,11 @@ class Backend(models.Model):
         help_text="The relay's own probe (e.g. pytorch/crcr-test): its results are the relay-health cards of the "
         "summary page, and it is left out of the backends' figures.",
     )
+    bisect = models.BooleanField(
+        default=False,
+        help_text="Maintainers may ask for a bisection of a break: the relay dispatches repository_dispatch events "
+        'of type bisect, one upstream SHA each (README "Breaks"), up to BISECT_DAILY_CAP a day.',
+    )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -16,26 +16,19 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from ootci import baseline, governance, ledger, levels, runners, staleness, verdicts
 from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
 from relay.alerts import notify
+from relay.alerts.fire import incident_fire, incident_green, rule_for
 from relay.github import client as github
 
 logger = logging.getLogger(__name__)
 
 BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
-
-
-def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
-    """The rule of ``kind`` for ``backend``: its own when it has one, else the one for every backend."""
-    rules = AlertRule.objects.filter(kind=kind).filter(Q(backend=backend) | Q(backend=None))
-    rule = rules.order_by(F("backend").asc(nulls_last=True)).first()
-    return rule if rule is not None and rule.enabled else None
 
 
 def job_alerts_evaluate(*, job_id: int) -> str:
@@ -48,76 +41,6 @@ def job_alerts_evaluate(*, job_id: int) -> str:
     if job.event_type == Event.PULL_REQUEST:
         return pr_evaluate(job)
     return baseline_evaluate(job)
-
-
-# --- incidents: open once, update, resolve --------------------------------------------------------------------------
-
-
-def incident_fire(
-    rule: AlertRule,
-    *,
-    backend: Backend | None,
-    fingerprint: str,
-    what: str,
-    details: dict,
-    pr_number: int | None = None,
-    now: datetime | None = None,
-) -> str:
-    """Open the incident ``fingerprint`` or bring its details up to date: "opened", "updated", "unchanged" or
-    "cooling" (resolved less than the cooldown ago)."""
-    now = now or timezone.now()
-    firing = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING)
-    with transaction.atomic():
-        incident = firing.select_for_update().first()
-        if incident is None:
-            cooled = now - timedelta(minutes=rule.cooldown_minutes)
-            if Incident.objects.filter(fingerprint=fingerprint, resolved_at__gt=cooled).exists():
-                return "cooling"
-            try:
-                with transaction.atomic():
-                    incident = Incident.objects.create(
-                        rule=rule,
-                        backend=backend,
-                        fingerprint=fingerprint,
-                        what=what,
-                        details=details,
-                        pr_number=pr_number,
-                        opened_at=now,
-                    )
-            except IntegrityError:  # opened by a concurrent evaluation: update it
-                incident = firing.select_for_update().get()
-            else:
-                notify.incident_notify(incident=incident, change="opened")
-                return "opened"
-        if (incident.what, incident.details, incident.greens) == (what, details, 0):
-            return "unchanged"
-        incident.what, incident.details, incident.greens = what, details, 0
-        incident.save(update_fields=["what", "details", "greens"])
-        notify.incident_notify(incident=incident, change="updated")
-    return "updated"
-
-
-def incident_green(
-    fingerprint: str, *, resolve_after: int, details: dict | None = None, now: datetime | None = None
-) -> str:
-    """One green result (or check) for a firing incident: "resolved" after ``resolve_after`` in a row, else "green"
-    ("quiet" when nothing fires)."""
-    with transaction.atomic():
-        incident = Incident.objects.select_for_update().filter(fingerprint=fingerprint, state="firing").first()
-        if incident is None:
-            return "quiet"
-        incident.greens += 1
-        if details is not None:
-            incident.details = details
-        if incident.greens < resolve_after:
-            incident.save(update_fields=["greens", "details"])
-            if details is not None:
-                notify.incident_notify(incident=incident, change="updated")
-            return "green"
-        incident.state, incident.resolved_at = Incident.State.RESOLVED, now or timezone.now()
-        incident.save(update_fields=["greens", "details", "state", "resolved_at"])
-        notify.incident_notify(incident=incident, change="resolved")
-    return "resolved"
 
 
 # --- the rules ------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
   ``PrComment`` row and calls GitHub outside any transaction, and finds our comment by its marker before creating
   one: concurrent completions, and a retry after a crash, never post two comments.
 - ``repo_issue``: an issue in the backend's repository for baseline breakage, opened with the incident and closed
-  with it.
+  with it; a break's (``relay.breaks.alerts``) is edited in place as its suspects and bisection come in.
 - ``webhook``: a JSON POST with a Slack-compatible ``text`` field and the incident, on opening and resolution.
 - ``email``: to the channel's addresses through Django's email backend, on opening and resolution.
 
@@ -39,7 +39,7 @@ Kind = NotificationChannel.Kind
 # Which incidents each channel carries, and on which changes ("updated" only where a message is edited in place).
 CARRIES = {
     Kind.PR_COMMENT: ({AlertRule.Kind.PR_TEST}, {"opened", "updated", "resolved"}),
-    Kind.REPO_ISSUE: ({AlertRule.Kind.BASELINE}, {"opened", "resolved"}),
+    Kind.REPO_ISSUE: ({AlertRule.Kind.BASELINE}, {"opened", "updated", "resolved"}),  # a break's: edited in place
     Kind.WEBHOOK: (set(AlertRule.Kind), {"opened", "resolved"}),
     Kind.EMAIL: (set(AlertRule.Kind), {"opened", "resolved"}),
 }
@@ -256,11 +256,15 @@ def repo_issue_send(n: Notification) -> str:
     crash or a lost answer finds it), and close it when the incident resolves."""
     incident, repo = n.incident, n.incident.backend.repo
     marker = f"<!-- oot-ci:incident:{incident.pk} -->"
-    body = f"{incident_text(incident)}\n\nOpened {incident.opened_at:%Y-%m-%d %H:%M} UTC by OOT CI.\n{marker}"
+    text = incident.details.get("text") or ""  # a break's tests, suspects and bisection (relay.breaks.alerts)
+    body = f"{incident_text(incident)}\n\n{text}\n\n" if text else f"{incident_text(incident)}\n\n"
+    body += f"Opened {incident.opened_at:%Y-%m-%d %H:%M} UTC by OOT CI.\n{marker}"
     if not n.external_id and (found := github.issue_find(repo=repo, marker=marker)):
         n.external_id = str(found)
     if incident.state == Incident.State.FIRING and not n.external_id:
         n.external_id = str(github.issue_create(repo=repo, title=f"OOT CI: {incident.what}"[:250], body=body))
+    elif incident.state == Incident.State.FIRING and text:
+        github.issue_update(repo=repo, number=int(n.external_id), body=body)
     elif incident.state == Incident.State.RESOLVED and n.external_id and n.sent_state != Incident.State.RESOLVED:
         github.issue_close(repo=repo, number=int(n.external_id), body=body)
     return f"{repo}#{n.external_id}" if n.external_id else repo

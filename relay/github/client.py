@@ -219,6 +219,11 @@ def issue_find(*, repo: str, marker: str, pages: int = 10) -> int | None:
     return None
 
 
+def issue_update(*, repo: str, number: int, body: str) -> None:
+    """PATCH /repos/{repo}/issues/{number}: its body edited in place."""
+    _send(repo, "PATCH", f"/repos/{repo}/issues/{number}", {"body": body})
+
+
 def issue_close(*, repo: str, number: int, body: str) -> None:
     """PATCH /repos/{repo}/issues/{number} to closed, with its body brought up to date."""
     _send(

@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from ootci.models import Delivery, Dispatch
+from ootci.models import BISECT_EVENT, Delivery, Dispatch
 from relay.endpoints.tokens import callback_token_issue
 from relay.github import client as github
 from relay.reliability import archive
@@ -141,6 +141,8 @@ def dispatch_client_payload(*, dispatch: Dispatch) -> tuple[dict[str, Any], bool
         "payload": delivery.payload,
         "callback_token": callback_token_issue(delivery_id=delivery.delivery_id, repo=dispatch.backend.repo),
     }
+    if delivery.event == BISECT_EVENT:  # the upstream commit a bisection step tests (README "Breaks")
+        client_payload["sha"] = delivery.head_sha
     if _json_size(client_payload) <= CLIENT_PAYLOAD_LIMIT:
         return client_payload, False
     for keep in (2000, 200, 0):

@@ -6,7 +6,7 @@ import re
 from django.db import transaction
 from django_q.tasks import async_task
 
-from ootci.models import JobResult
+from ootci.models import BISECT_EVENT, JobResult
 from relay.alerts import incidents
 from relay.github import client as github
 from relay.reports import logs
@@ -27,6 +27,8 @@ def job_completed_follow_up(*, job_id: int) -> str:
         return "missing"
     job_reports_pull_wanted(job)
     logs.job_log_after_report(job=job)
+    if job.event_type == BISECT_EVENT:  # a bisection step that ended without a report to come is inconclusive
+        transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_ended", job.pk), robust=True)
     return incidents.job_alerts_evaluate(job_id=job_id)
 
 

@@ -25,9 +25,10 @@ from django_q.tasks import async_task, schedule
 
 from ootci import baseline, claims, jobs, ledger
 from ootci.environment import environment_from_properties
-from ootci.models import Event, JobResult, TestCase, TestReport
+from ootci.models import BISECT_EVENT, Event, JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
 from ootci.reports import junit
+from ootci.verdicts import BASELINE_EVENTS
 from relay.github import check_runs
 from relay.github import client as github
 from relay.reliability import archive
@@ -265,6 +266,10 @@ def report_parse(*, report_id: int) -> str:
         job_counts_from_reports(job)
         if ledger.is_baseline_run(job):  # the skip ledger of a baseline run, with its diff against the one before
             transaction.on_commit(lambda: async_task("relay.tasks.ledger_record", job.pk), robust=True)
+        if job.event_type in BASELINE_EVENTS:  # the breaks it opens or closes (relay.breaks)
+            transaction.on_commit(lambda: async_task("relay.tasks.breaks_after_report", job.pk), robust=True)
+        elif job.event_type == BISECT_EVENT:  # the bisection step it decides
+            transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_report", job.pk), robust=True)
     if found := environment_from_properties(parsed.properties):  # what the callback did not state
         jobs.environment_fill(job_id=job.pk, found=found)
     return TestReport.State.PARSED

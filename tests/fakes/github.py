@@ -115,6 +115,12 @@ class FakeGitHub:
         # Commits: "owner/repo" (lower case) → the full SHAs GitHub knows there; any other is answered 422.
         self.commits: dict[str, set[str]] = {}
         self.route("GET", REPO + r"/commits/(?P<sha>[^/]+)")(_commit)
+        # Upstream history for the compare API: "owner/repo" (lower case) → commits oldest first, each
+        # {"sha", "message", "files": [paths], "pulls": [{"number", "title"}]} (commit_add); a commit's PRs at
+        # /commits/{sha}/pulls, merged.
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.route("GET", REPO + r"/compare/(?P<base>[0-9a-fA-F]+)\.\.\.(?P<head>[0-9a-fA-F]+)")(_compare)
+        self.route("GET", REPO + r"/commits/(?P<sha>[0-9a-fA-F]+)/pulls")(_commit_pulls)
         self.route("POST", REPO + r"/actions/runs/(?P<id>\d+)/rerun-failed-jobs")(_rerun_failed_jobs)
         # Actions artifacts: (repo lower case, run id) → artifacts as GitHub lists them, each with its zip's bytes;
         # the zip is served by a 302 to a storage URL that refuses an Authorization header (as GitHub's blob store).
@@ -176,6 +182,25 @@ class FakeGitHub:
         return found[0] if found else None
 
     # --- reading --------------------------------------------------------------------------------
+
+    def commit_add(self, repo: str, sha: str, *, files=(), pr: int | None = None, title: str = "") -> dict[str, Any]:
+        """A commit of ``repo``'s history (after those added before), merged by PR ``pr`` when given."""
+        commit = {"sha": sha, "message": title or f"commit {sha[:7]}", "files": list(files), "pulls": []}
+        if pr is not None:
+            commit["pulls"] = [{"number": pr, "title": title or f"PR {pr}"}]
+        with self._lock:
+            self.history.setdefault(repo.lower(), []).append(commit)
+            self.commits.setdefault(repo.lower(), set()).add(sha)
+            self._history_index = None
+        return commit
+
+    def _history_find(self, repo: str, sha: str) -> tuple[list[dict[str, Any]], int | None]:
+        commits = self.history.get(repo, [])
+        index = getattr(self, "_history_index", None)
+        if index is None or index[0] is not commits or len(index[1]) != len(commits):
+            index = (commits, {c["sha"]: i for i, c in enumerate(commits)})
+            self._history_index = index
+        return commits, index[1].get(sha)
 
     def requests_to(self, method: str, pattern: str) -> list[Request]:
         regex = re.compile(pattern + r"$")
@@ -478,10 +503,55 @@ def _commit_check_runs(fake: FakeGitHub, request: Request, m: re.Match) -> Reply
     return _check_runs_page(fake, request, runs)
 
 
+def _compare(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    """The commits after ``base`` up to ``head`` in the history, oldest first, a page at a time (GitHub: 250 without
+    paging; ``total_commits`` always the whole count)."""
+    if fake.installation_of(request) != fake.installation_id(m["owner"]):
+        return _unauthorized()
+    repo = f"{m['owner']}/{m['repo']}".lower()
+    commits, base = fake._history_find(repo, m["base"])
+    _, head = fake._history_find(repo, m["head"])
+    if base is None or head is None:
+        return Reply(404, {"message": "Not Found"})
+    between = commits[base + 1 : head + 1]
+    query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+    per_page, page = int(query.get("per_page", 250)), int(query.get("page", 1))
+    shown = between[(page - 1) * per_page : page * per_page]
+    listed = [{"sha": c["sha"], "commit": {"message": c["message"]}} for c in shown]
+    return Reply(200, {"status": "ahead", "total_commits": len(between), "commits": listed, "files": []})
+
+
+def _commit_pulls(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
+    if fake.installation_of(request) != fake.installation_id(m["owner"]):
+        return _unauthorized()
+    commits, i = fake._history_find(f"{m['owner']}/{m['repo']}".lower(), m["sha"])
+    if i is None:
+        return Reply(422, {"message": f"No commit found for SHA: {m['sha']}"})
+    return Reply(
+        200,
+        [
+            {
+                "number": p["number"],
+                "title": p["title"],
+                "state": "closed",
+                "merged_at": "2026-03-01T00:00:00Z",
+                "html_url": f"https://github.com/{m['owner']}/{m['repo']}/pull/{p['number']}",
+            }
+            for p in commits[i]["pulls"]
+        ],
+    )
+
+
 def _commit(fake: FakeGitHub, request: Request, m: re.Match) -> Reply:
     """GET a commit; with ``Accept: application/vnd.github.sha`` GitHub answers the SHA alone, as text."""
     if fake.installation_of(request) != fake.installation_id(m["owner"]):
         return _unauthorized()
+    commits, i = fake._history_find(f"{m['owner']}/{m['repo']}".lower(), m["sha"])
+    if i is not None and "vnd.github.sha" not in request.headers.get("accept", ""):
+        c = commits[i]
+        return Reply(
+            200, {"sha": c["sha"], "commit": {"message": c["message"]}, "files": [{"filename": f} for f in c["files"]]}
+        )
     known = fake.commits.get(f"{m['owner']}/{m['repo']}".lower(), set())
     sha = next((s for s in known if s.startswith(m["sha"].lower()) and len(m["sha"]) >= 7), None)
     if sha is None:

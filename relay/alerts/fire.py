@@ -1,0 +1,90 @@
+"""Incidents open once per fingerprint, are brought up to date, and resolve (``relay.alerts.incidents`` holds the rules
+that call these; ``relay.breaks.alerts`` the breaks'): what changed is handed to ``relay.alerts.notify``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ootci.models import AlertRule, Backend, Incident
+from relay.alerts import notify
+
+
+def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
+    """The rule of ``kind`` for ``backend``: its own when it has one, else the one for every backend."""
+    rules = AlertRule.objects.filter(kind=kind).filter(Q(backend=backend) | Q(backend=None))
+    rule = rules.order_by(F("backend").asc(nulls_last=True)).first()
+    return rule if rule is not None and rule.enabled else None
+
+
+# --- incidents: open once, update, resolve --------------------------------------------------------------------------
+
+
+def incident_fire(
+    rule: AlertRule,
+    *,
+    backend: Backend | None,
+    fingerprint: str,
+    what: str,
+    details: dict,
+    pr_number: int | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Open the incident ``fingerprint`` or bring its details up to date: "opened", "updated", "unchanged" or
+    "cooling" (resolved less than the cooldown ago)."""
+    now = now or timezone.now()
+    firing = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING)
+    with transaction.atomic():
+        incident = firing.select_for_update().first()
+        if incident is None:
+            cooled = now - timedelta(minutes=rule.cooldown_minutes)
+            if Incident.objects.filter(fingerprint=fingerprint, resolved_at__gt=cooled).exists():
+                return "cooling"
+            try:
+                with transaction.atomic():
+                    incident = Incident.objects.create(
+                        rule=rule,
+                        backend=backend,
+                        fingerprint=fingerprint,
+                        what=what,
+                        details=details,
+                        pr_number=pr_number,
+                        opened_at=now,
+                    )
+            except IntegrityError:  # opened by a concurrent evaluation: update it
+                incident = firing.select_for_update().get()
+            else:
+                notify.incident_notify(incident=incident, change="opened")
+                return "opened"
+        if (incident.what, incident.details, incident.greens) == (what, details, 0):
+            return "unchanged"
+        incident.what, incident.details, incident.greens = what, details, 0
+        incident.save(update_fields=["what", "details", "greens"])
+        notify.incident_notify(incident=incident, change="updated")
+    return "updated"
+
+
+def incident_green(
+    fingerprint: str, *, resolve_after: int, details: dict | None = None, now: datetime | None = None
+) -> str:
+    """One green result (or check) for a firing incident: "resolved" after ``resolve_after`` in a row, else "green"
+    ("quiet" when nothing fires)."""
+    with transaction.atomic():
+        incident = Incident.objects.select_for_update().filter(fingerprint=fingerprint, state="firing").first()
+        if incident is None:
+            return "quiet"
+        incident.greens += 1
+        if details is not None:
+            incident.details = details
+        if incident.greens < resolve_after:
+            incident.save(update_fields=["greens", "details"])
+            if details is not None:
+                notify.incident_notify(incident=incident, change="updated")
+            return "green"
+        incident.state, incident.resolved_at = Incident.State.RESOLVED, now or timezone.now()
+        incident.save(update_fields=["greens", "details", "state", "resolved_at"])
+        notify.incident_notify(incident=incident, change="resolved")
+    return "resolved"
