@@ -259,6 +259,7 @@ AUTO_RETRY_OUTAGE_JOBS = env.int("AUTO_RETRY_OUTAGE_JOBS", default=5)
 # 24 h (a bisection stops at the cap; 0: no bisection at all).
 BREAK_SUSPECTS_KEPT = env.int("BREAK_SUSPECTS_KEPT", default=50)
 BISECT_DAILY_CAP = env.int("BISECT_DAILY_CAP", default=10)
+BISECT_STEP_HOURS = env.int("BISECT_STEP_HOURS", default=12)  # a bisection step without a result is inconclusive
 
 # Level gates (ootci/gates.py holds the table): limits overridden per level and gate, as JSON, e.g.
 # {"L4": {"queue_avg_minutes": 20}}. The figures they are read against come from the HUD (``gates.figures_from``).

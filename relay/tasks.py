@@ -173,6 +173,11 @@ def break_suspects(break_id: int, attempt: int = 1) -> str:
     return suspects.break_suspects(break_id=break_id, attempt=attempt)
 
 
+def bisections_advance() -> dict[str, int]:
+    """Scheduled every 10 minutes (relay/migrations/0010_bisections_schedule.py): running bisections advanced."""
+    return bisect.bisections_advance()
+
+
 def bisect_advance(break_id: int) -> str:
     """A bisection's next step, after its request or a step's result."""
     return bisect.bisect_advance(break_id=break_id)

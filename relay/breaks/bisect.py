@@ -7,6 +7,7 @@ backend in 24 h (``ootci.breaks.bisect_next`` is the rule)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
@@ -55,10 +56,16 @@ def bisect_advance(*, break_id: int) -> str:
             return "not running"
         backend = brk.bisect_backend
         steps = list(brk.steps.filter(backend=backend).select_related("dispatch"))
-        for s in steps:  # a dispatch GitHub refused for good never reports: that step is inconclusive
-            if s.state == BisectStep.State.DISPATCHED and s.dispatch and s.dispatch.status == Dispatch.Status.FAILED:
+        silent = timezone.now() - timedelta(hours=settings.BISECT_STEP_HOURS)
+        for s in (s for s in steps if s.state == BisectStep.State.DISPATCHED):
+            # A dispatch GitHub refused for good, or a run that never reported, is an inconclusive step.
+            if s.dispatch and s.dispatch.status == Dispatch.Status.FAILED:
                 s.state, s.note = BisectStep.State.INCONCLUSIVE, f"the dispatch failed: {s.dispatch.last_error}"[:300]
-                s.save(update_fields=["state", "note"])
+            elif s.created_at < silent:
+                s.state, s.note = BisectStep.State.INCONCLUSIVE, f"no result within {settings.BISECT_STEP_HOURS} h"
+            else:
+                continue
+            s.save(update_fields=["state", "note"])
         if any(s.state == BisectStep.State.DISPATCHED for s in steps):
             return "waiting"
         if not brk.commits:
@@ -78,6 +85,13 @@ def bisect_advance(*, break_id: int) -> str:
         step = _dispatched(brk, backend, found.sha, n=len(steps) + 1)
         _alerts_follow(brk.pk)
     return f"dispatched {step.sha[:12]}"
+
+
+def bisections_advance() -> dict[str, int]:
+    """The schedule (every 10 minutes): each running bisection advanced, so a step whose run never reported (a lost
+    dispatch, a job that never called back) ends inconclusive after BISECT_STEP_HOURS instead of waiting forever."""
+    running = Break.objects.filter(bisection=Break.Bisection.RUNNING).values_list("pk", flat=True)
+    return dict(Counter(bisect_advance(break_id=pk).split(" ")[0] for pk in running))
 
 
 def _alerts_follow(break_id: int) -> None:

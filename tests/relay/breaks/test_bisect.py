@@ -1,8 +1,12 @@
 """Bisection on demand (issue 28): the rule's midpoints, skips and stops; the dispatches of event bisect and their
 client payload; the steps decided by their jobs' reports; the daily cap; who may ask."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+from django_q.models import Schedule
 
 from ootci import breaks as rules
 from ootci.models import BisectStep, Break, BreakTest, Dispatch
@@ -128,6 +132,23 @@ def test_a_job_that_ends_without_a_result_twice_stops_the_bisection(broken, djan
             bisect.step_after_completion(job_id=job.pk)
     assert Break.objects.get().bisection == "inconclusive"
     assert list(BisectStep.objects.values_list("state", flat=True)) == ["inconclusive", "inconclusive"]
+
+
+@pytest.mark.django_db
+def test_a_step_whose_run_never_reports_ends_inconclusive_on_the_schedule(settings, broken):
+    settings.BISECT_STEP_HOURS = 12
+    backend = broken.tests.get().backend
+    bisect.bisect_request(break_id=broken.pk, backend=backend)
+    first = BisectStep.objects.get()
+    assert bisect.bisections_advance() == {"waiting": 1}  # its run may still come
+
+    BisectStep.objects.filter(pk=first.pk).update(created_at=timezone.now() - timedelta(hours=13))  # it never did
+    assert bisect.bisections_advance() == {"dispatched": 1}  # the next candidate instead
+
+    first.refresh_from_db()
+    assert first.state == "inconclusive" and first.note == "no result within 12 h"
+    assert BisectStep.objects.filter(state="dispatched").exclude(sha=first.sha).count() == 1
+    assert Schedule.objects.filter(func="relay.tasks.bisections_advance").exists()
 
 
 @pytest.mark.django_db
