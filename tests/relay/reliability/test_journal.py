@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
-from ootci.models import Backend, CallbackRejection, Delivery, Dispatch, JobResult
+from ootci.models import Backend, BuildkitePipeline, CallbackRejection, Delivery, Dispatch, JobResult
 from relay import tasks
 from relay.reliability import journal
 from tests.fakes.oidc import Downstream
@@ -220,3 +220,28 @@ def test_a_token_is_checked_as_of_the_callbacks_arrival(
         assert tasks.journal_replay()[answer] == 1
 
         assert JobResult.objects.exists() == (answer == "applied")
+
+
+def test_a_buildkite_callback_in_an_outage_is_journaled_by_the_pipeline_map_read_before_it(
+    client, cluster, database, oidc_issuer, buildkite, fake_github, settings, django_db_blocker
+):
+    settings.OIDC_IDENTITY_MAP_SECONDS = 0  # read the map at every token: the outage's read fails, the last one stays
+    with django_db_blocker.unblock():
+        backend = database[0]
+        job = buildkite.job()
+        BuildkitePipeline.objects.create(
+            backend=backend, organization_id=job.organization_id, pipeline_id=job.pipeline_id
+        )
+        ci = Downstream("", oidc_issuer, backend)
+        dispatch = ci.dispatch()
+        token = buildkite.token(job=job)
+        started = callback(client, ci, ci.body("pull_request.in_progress", dispatch), token=token)
+        assert started.status_code == 200, started.content
+
+        database_stops(cluster)
+        finished = callback(client, ci, ci.body("pull_request.completed.failure", dispatch), token=token)
+        assert finished.status_code == 202 and finished.json()["journaled"] is True, finished.content
+
+        database_starts(cluster)
+        assert tasks.journal_replay() == {"applied": 1, "refused": 0, "kept": 0, "dead": 0}
+        assert JobResult.objects.values_list("status", "conclusion").get() == ("completed", "failure")
