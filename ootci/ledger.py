@@ -163,8 +163,19 @@ def latest_runs(backend_ids: list[int], *, since: datetime):
     return runs.annotate(n=Window(RowNumber(), partition_by=partition, order_by=newest)).filter(n=1)
 
 
+class SkippedShare:
+    """What a count of collected and skipped tests says: the skipped share in percent (None when none collected)."""
+
+    collected: int
+    skipped: int
+
+    @property
+    def skipped_percent(self) -> float | None:
+        return round(100.0 * self.skipped / self.collected, 1) if self.collected else None
+
+
 @dataclass(frozen=True)
-class Totals:
+class Totals(SkippedShare):
     runs: int = 0
     collected: int = 0
     passed: int = 0
@@ -172,10 +183,6 @@ class Totals:
     skipped: int = 0
     xfailed: int = 0
     disabled: int = 0
-
-    @property
-    def skipped_percent(self) -> float | None:
-        return round(100.0 * self.skipped / self.collected, 1) if self.collected else None
 
 
 def coverage_totals(backend_id: int, *, since: datetime) -> Totals:

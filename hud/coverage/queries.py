@@ -37,18 +37,14 @@ LABELS = {
 
 
 @dataclass(frozen=True)
-class Peer:
+class Peer(ledger.SkippedShare):
     repo: str
     collected: int
     skipped: int
 
-    @property
-    def skipped_percent(self) -> float | None:
-        return round(100.0 * self.skipped / self.collected, 1) if self.collected else None
-
 
 @dataclass(frozen=True)
-class FileRow:
+class FileRow(ledger.SkippedShare):
     file: str
     collected: int = 0
     passed: int = 0
@@ -57,10 +53,6 @@ class FileRow:
     xfailed: int = 0
     disabled: int = 0
     peers: list[Peer] = field(default_factory=list)
-
-    @property
-    def skipped_percent(self) -> float | None:
-        return round(100.0 * self.skipped / self.collected, 1) if self.collected else None
 
 
 @dataclass(frozen=True)

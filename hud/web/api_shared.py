@@ -14,9 +14,10 @@ def plain(value: Any) -> Any:
     """Dataclasses (with their computed properties) to plain JSON-ready data."""
     if dataclasses.is_dataclass(value):
         data = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name, attr in vars(type(value)).items():
-            if isinstance(attr, property):
-                data[name] = plain(getattr(value, name))
+        for klass in type(value).__mro__:  # its own properties and those it inherits
+            for name, attr in vars(klass).items():
+                if isinstance(attr, property) and name not in data:
+                    data[name] = plain(getattr(value, name))
         return data
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
