@@ -1,6 +1,7 @@
 """Bisection on demand (issue 28): the rule's midpoints, skips and stops; the dispatches of event bisect and their
 client payload; the steps decided by their jobs' reports; the daily cap; who may ask."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -9,8 +10,9 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from ootci import breaks as rules
-from ootci.models import BisectStep, Break, BreakTest, Dispatch
+from ootci.models import BisectStep, Break, BreakTest, Dispatch, JobResult
 from relay.breaks import bisect
+from tests.fakes.oidc import reporter_body
 from tests.hud import builders
 from tests.hud.failing_history import generic_id
 from tests.relay.breaks.history import BAD, GOOD, green, nightly, report
@@ -80,6 +82,29 @@ def test_a_maintainer_starts_a_bisection_dispatched_as_event_bisect_with_the_can
     assert payload["event_type"] == "bisect" and payload["delivery_id"] == step.dispatch.delivery.delivery_id
     assert payload["payload"]["bisect"]["tests"] == [generic_id("t1")]
     assert Break.objects.get().bisection == "running"
+
+
+@pytest.mark.django_db
+def test_a_downstream_echoing_the_bisect_payload_reports_through_the_same_callback(
+    client, broken, upstream_history, oidc_issuer, django_capture_on_commit_callbacks
+):
+    backend = broken.tests.get().backend
+    with django_capture_on_commit_callbacks(execute=True):
+        bisect.bisect_request(break_id=broken.pk, backend=backend)
+    payload = upstream_history.dispatches()[0].json["client_payload"]
+    body = reporter_body("pull_request.in_progress", callback_token=payload["callback_token"])
+    body |= {k: payload[k] for k in ("event_type", "delivery_id", "payload")}  # echoed as the workflow received it
+
+    answer = client.post(
+        "/github/callback",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {oidc_issuer.token(repository=backend.repo)}"},
+    )
+
+    assert answer.status_code == 200, answer.content
+    job = JobResult.objects.get(dispatch=BisectStep.objects.get().dispatch)
+    assert (job.event_type, job.status) == ("bisect", "in_progress")
 
 
 @pytest.mark.django_db
