@@ -9,13 +9,10 @@ directly, with every claim bendable, like ``FakeOidcIssuer.token``.
 """
 
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import jwt
 
 from tests.fakes.oidc import AUDIENCE, JWKS_PATH, FakeOidcIssuer, SigningKey
 
@@ -127,22 +124,18 @@ class FakeBuildkite(FakeOidcIssuer):
         **claims: Any,
     ) -> str:
         """A token as Buildkite mints it for ``job`` (a new job of a new pipeline when not given)."""
-        now = int(time.time()) - issued_ago
-        payload = {
-            "iss": issuer or self.issuer,
-            "aud": audience,
-            "iat": now,
-            "nbf": now,
-            "exp": now + expires_in,
-            **(job or Job()).claims(requested),
-            **claims,
-        }
-        for name in drop:
-            payload.pop(name, None)
-        key = key or self.signing_key
-        if algorithm == "HS256":
-            return jwt.encode(payload, "a-shared-secret-of-32-bytes-long!", algorithm="HS256", headers={"kid": key.kid})
-        return jwt.encode(payload, key.private, algorithm=algorithm, headers={"kid": key.kid if kid is None else kid})
+        identity = (job or Job()).claims(requested)
+        return self.signed(
+            identity | claims,
+            audience,
+            issuer,
+            expires_in,
+            issued_ago,
+            key=key,
+            kid=kid,
+            algorithm=algorithm,
+            drop=drop,
+        )
 
     def _handler(self):
         jwks_handler = super()._handler()

@@ -114,28 +114,51 @@ class FakeOidcIssuer:
         **claims: Any,
     ) -> str:
         """A token as GitHub Actions mints it for a job of ``repository``; every part can be bent for a test."""
-        now = int(time.time()) - issued_ago
-        payload = {
-            "iss": issuer or self.issuer,
-            "aud": audience,
-            "iat": now,
-            "nbf": now,
-            "exp": now + expires_in,
+        identity = {
             "sub": f"repo:{repository}:ref:refs/heads/main",
             "repository": repository,
             "repository_owner": (repository or "").split("/")[0],
             "ref": "refs/heads/main",
             "event_name": "repository_dispatch",
-            **claims,
         }
+        if repository is None:
+            identity.pop("repository")
+        return self.signed(
+            identity | claims,
+            audience,
+            issuer,
+            expires_in,
+            issued_ago,
+            key=key,
+            kid=kid,
+            algorithm=algorithm,
+            drop=drop,
+        )
+
+    def signed(
+        self,
+        claims: dict[str, Any],
+        audience: str,
+        issuer: str | None,
+        expires_in: int,
+        issued_ago: int,
+        *,
+        key: SigningKey | None,
+        kid: str | None,
+        algorithm: str,
+        drop: tuple[str, ...],
+    ) -> str:
+        """``claims`` with the registered ones (``iss``, ``aud``, ``iat``, ``nbf``, ``exp``), signed; ``drop`` removes
+        any of them, ``kid`` replaces the key's id in the header, ``HS256`` signs with a shared secret."""
+        now = int(time.time()) - issued_ago
+        payload = {"iss": issuer or self.issuer, "aud": audience, "iat": now, "nbf": now, "exp": now + expires_in}
+        payload |= claims
         for name in drop:
             payload.pop(name, None)
-        if repository is None:
-            payload.pop("repository")
         key = key or self.signing_key
         if algorithm == "HS256":
             return jwt.encode(payload, "a-shared-secret-of-32-bytes-long!", algorithm="HS256", headers={"kid": key.kid})
-        return jwt.encode(payload, key.private, algorithm=algorithm, headers={"kid": kid or key.kid})
+        return jwt.encode(payload, key.private, algorithm=algorithm, headers={"kid": key.kid if kid is None else kid})
 
     def _handler(self):
         fake = self
