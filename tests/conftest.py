@@ -1,10 +1,13 @@
+import os
 import uuid
 
 import pytest
+import redis
 
 from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend
+from relay.endpoints import ratelimit
 from tests.fakes.buildkite import ISSUER as BUILDKITE_ISSUER
 from tests.fakes.buildkite import FakeBuildkite
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
@@ -16,6 +19,19 @@ def _no_engine_left_open():
     whose directory is another (chdb runs one per process)."""
     yield
     clickhouse.release()
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_budget_left_over():
+    """Rate-limit counts live a minute in Redis: one test's requests (a fuzz run's, hundreds) never spend the budget of
+    the test after it (the rejections it may record, the requests it may make)."""
+    yield
+    try:
+        client = redis.Redis.from_url(os.environ["REDIS_URL"])
+        if keys := list(client.scan_iter(f"{ratelimit.PREFIX}:*", count=1000)):
+            client.delete(*keys)
+    except (KeyError, redis.RedisError):
+        pass  # no test Redis: nothing counted there
 
 
 @pytest.fixture(autouse=True)
