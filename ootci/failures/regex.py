@@ -6,6 +6,7 @@ using one is refused with a message that names it. Its own module (no models): t
 with it, ``ootci.failures.rules``' import checks files, and ``relay.reports.classify`` compiles with it.
 """
 
+import functools
 import re
 
 import re2
@@ -33,8 +34,10 @@ def _options(*, log_errors: bool = False) -> re2.Options:
     return options
 
 
+@functools.lru_cache(maxsize=4096)
 def compiled(pattern: str, *, multiline: bool = False):
-    """``pattern`` compiled for RE2 (``multiline``: ^ and $ at every line of a block), or Unusable."""
+    """``pattern`` compiled for RE2 (``multiline``: ^ and $ at every line of a block), or Unusable. Kept per pattern
+    (a compiled RE2 is immutable and safe to share between threads): every log asks for every rule's."""
     if len(pattern) > REGEX_MAX_LENGTH:
         raise Unusable(f"The regex is {len(pattern)} characters long; at most {REGEX_MAX_LENGTH}.")
     try:

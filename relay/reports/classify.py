@@ -3,22 +3,22 @@
 Matching is PyTorch's log classifier's, but ANSI codes and the Actions timestamp are stripped, each rule is matched
 against one line at a time, and the matching rule of highest priority wins (ties: the later match, then the name); a
 generic rule keeps its **last** match, a rule of a real class its **first** (``FIRST_ERROR_WINS``). Warnings are never
-the cause: not matched. Rules run on RE2 (``google-re2``), linear in any rule and line; a log still stops at its time
-budget (``budget``), and says so.
+the cause. Rules run on RE2 (``google-re2``), linear in any rule and line; a log still stops at its time budget.
 
 Where to look. A job fails in one step; the set-up before it and the post-job steps after it never explain it. The
 matches are ranked by where they are: the failed step (the job API's, ``StepWindow``, else the step of the first
-``##[error]`` line), then the steps before it, then those after it; a real class beats a generic one (class
-``unknown``: ``Process completed with exit code 1``, any ``##[error]``), so a failed step with only a generic line is
-explained by a real match before it. A step header's echoed script (``_scripts``) is not output.
+``##[error]`` line), then the steps before it, then those after it; a real class beats a generic one (``unknown``:
+``Process completed with exit code 1``), so a failed step with only a generic line is explained by a real match
+before it. A step header's echoed script (``_scripts``) is not output.
 
-Reading: a stream in blocks of about a megabyte; a line is kept on its first LINE_CAP bytes. Each rule's regex is
-parsed for the words any match must contain (``relay.reports.literals``), one Aho-Corasick automaton finds them in a
-block in one pass, and only the lines holding one are matched, by the rules whose word it holds (a rule without such
-a word is searched in every block: slowly, as the admin says).
+Reading: blocks of about a megabyte; a line kept on its first LINE_CAP bytes. The words any match of a rule must
+contain (``relay.reports.literals``) are found in a block by one Aho-Corasick pass, and only the lines holding one are
+matched, by the rules needing it (a rule without such a word is searched in every block). Rules are compiled once per
+set (``_compiled``): every log of a backend is read with the same ones.
 """
 
 import bisect
+import functools
 import re
 import time
 from collections import defaultdict
@@ -177,6 +177,11 @@ def _searched_lines(text: str, pattern: Any) -> Iterator[int]:
         pos = end + 1  # the next line: a match must not hide the lines after it
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled(rules: tuple[Rule, ...]) -> _Compiled:
+    return _Compiled(rules)
+
+
 # --- the classifier --------------------------------------------------------------------------------------------------
 
 
@@ -185,8 +190,8 @@ def log_classify(
 ) -> Classification:
     """Classify the log read from ``stream`` (bytes; invalid UTF-8 is replaced, never an error). ``window``: the failed
     step as the job API reports it; without it, the step of the first ``##[error]`` line is taken for the failed one."""
-    rules_ = _Compiled(rules)
-    result = Classification(unusable=rules_.unusable)
+    rules_ = _compiled(tuple(rules))
+    result = Classification(unusable=list(rules_.unusable))
     deadline = time.monotonic() + budget
     last: dict[tuple[int, int], Match] = {}  # (rule index, place) → the rule's last match there
     tail: list[str] = []  # the last CONTEXT_LINES lines of the previous block
@@ -376,25 +381,3 @@ def _capped(block: bytes) -> tuple[bytes, int]:
         return block, 0
     long = sum(1 for line in lines if len(line) > LINE_CAP)
     return b"\n".join(line[:LINE_CAP] for line in lines), long
-
-
-# --- signatures ------------------------------------------------------------------------------------------------------
-
-# What varies between occurrences of the same failure, masked so that they group: hex ids and addresses, paths,
-# durations and sizes, numbers. Order matters: the specific before the general.
-MASKS = [
-    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
-    (re.compile(r"\b[0-9a-f]{7,64}\b"), "<hex>"),
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
-    (re.compile(r"(?:[A-Za-z]:)?(?:[\w.+-]*/)+([\w.+-]+)"), r"…/\1"),
-    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds|min|minutes|h|KiB|MiB|GiB|KB|MB|GB|B)\b"), "<n><unit>"),
-    (re.compile(r"\d+"), "<n>"),
-]
-
-
-def signature(line: str) -> str:
-    """The matched line with what varies between occurrences masked; at most 500 characters."""
-    text = line.strip()[:1000]
-    for pattern, replacement in MASKS:
-        text = pattern.sub(replacement, text)
-    return re.sub(r"\s+", " ", text)[:500]

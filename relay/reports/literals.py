@@ -2,6 +2,7 @@
 matching (``relay.reports.classify``). ``required_literals(r"(?i)no space left on device")`` is ``[b"no space left
 on device"]``; a regex without such a word (say ``^\\d+$``) gives None and is searched in every block instead."""
 
+import functools
 import re
 from dataclasses import dataclass
 from re import _constants as sre
@@ -12,6 +13,13 @@ MIN_LITERAL = 3  # shorter required words would make nearly every line a candida
 
 def required_literals(regex: str) -> list[bytes] | None:
     """Lower-case words one of which every match of ``regex`` contains, or None when none can be told."""
+    words = _required(regex)
+    return None if words is None else list(words)
+
+
+@functools.lru_cache(maxsize=4096)
+def _required(regex: str) -> tuple[bytes, ...] | None:
+    """Parsing a rule costs about a millisecond and every log asks for every rule's words: kept per regex."""
     try:
         parsed = sre_parse.parse(regex)
     except (re.error, RecursionError):
@@ -19,7 +27,7 @@ def required_literals(regex: str) -> list[bytes] | None:
     words = _sequence(list(parsed), bool(parsed.state.flags & re.IGNORECASE)).best
     if not words or min(map(len, words)) < MIN_LITERAL:
         return None
-    return sorted(words)
+    return tuple(sorted(words))
 
 
 MAX_WORDS = 64  # more alternatives than this in one set: the set is not kept (a prefilter needs few words)

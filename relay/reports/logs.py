@@ -30,7 +30,8 @@ from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
 from relay.github import client as github
 from relay.reliability import archive
-from relay.reports.classify import Classification, Rule, StepWindow, log_classify, signature
+from relay.reports.classify import Classification, Rule, StepWindow, log_classify
+from relay.reports.signatures import signature
 
 logger = logging.getLogger(__name__)
 

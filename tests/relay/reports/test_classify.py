@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.reports.classify import LINE_CAP, Rule, StepWindow, log_classify, signature
+from relay.reports.classify import LINE_CAP, Rule, StepWindow, log_classify
 from relay.reports.literals import required_literals
 from relay.reports.logs import rules_for
+from relay.reports.signatures import signature
 from tests.relay.reports.corpus import HELD_OUT, LOGS, TUNED, labelled, verdicts
 
 
