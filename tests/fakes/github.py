@@ -33,6 +33,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 REPO = r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"
+# How often a fake server looks for its shutdown: socketserver's default (0.5 s) made every stop, so every test
+# using a fake, wait up to half a second.
+POLL = 0.02
 CLIENT_PAYLOAD_LIMIT = 65_536  # GitHub: "The total size of the JSON payload must be less than 64KB."
 
 
@@ -279,7 +282,7 @@ class FakeGitHub:
         handler = type("Handler", (_HTTPHandler,), {"fake": self})
         server = _Server(("127.0.0.1", 0), handler)
         self._server = server
-        threading.Thread(target=server.serve_forever, name="fake-github", daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(POLL,), name="fake-github", daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from ootci.models import Delivery, Dispatch, PullRequest
 from relay.endpoints.tokens import callback_token_issue
+from tests.fakes.github import POLL
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 JWKS_PATH = "/.well-known/jwks"
@@ -85,7 +86,7 @@ class FakeOidcIssuer:
     def start(self) -> "FakeOidcIssuer":
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(POLL,), daemon=True).start()
         return self
 
     def stop(self) -> None:

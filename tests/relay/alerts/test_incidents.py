@@ -19,6 +19,7 @@ from django_q.models import Schedule
 
 from ootci.models import AlertRule, Delivery, Incident, JobResult, Notification, NotificationChannel, PrComment
 from relay.alerts import incidents, notify
+from tests.fakes.github import POLL
 from tests.hud import builders
 from tests.hud.builders import ago, dispatch, job
 from tests.hud.failing_history import BASE, HEAD, History, pushed
@@ -100,7 +101,7 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(POLL,), daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
     def stop(self):
