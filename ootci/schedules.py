@@ -15,7 +15,9 @@ def schedule_installed(*, name: str, func: str, minutes: int) -> migrations.RunP
     def remove(apps, schema_editor):
         apps.get_model("django_q", "Schedule").objects.filter(name=name).delete()
 
-    return migrations.RunPython(create, remove)
+    operation = migrations.RunPython(create, remove)
+    operation.schedule = {"name": name, "func": func, "minutes": minutes}  # what it installs, for the tests' flush
+    return operation
 
 
 def schedule_renamed(*, old: str, new: str) -> migrations.RunPython:

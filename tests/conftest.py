@@ -1,8 +1,12 @@
+import functools
 import os
 import uuid
 
 import pytest
 import redis
+from django.db.migrations.loader import MigrationLoader
+from django.db.models.signals import post_migrate
+from django.dispatch import receiver
 
 from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
@@ -11,6 +15,27 @@ from relay.endpoints import ratelimit
 from tests.fakes.buildkite import ISSUER as BUILDKITE_ISSUER
 from tests.fakes.buildkite import FakeBuildkite
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
+
+
+@functools.cache
+def _migrated_schedules() -> list[dict]:
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    nodes = {node for leaf in loader.graph.leaf_nodes() for node in loader.graph.forwards_plan(leaf)}
+    operations = [op for node in nodes for op in loader.graph.nodes[node].operations]
+    return [op.schedule for op in operations if hasattr(op, "schedule")]
+
+
+@receiver(post_migrate)
+def _schedules_back(sender, **kwargs):
+    """A transactional test's flush empties every table, then sends post_migrate: the schedules the migrations install
+    are put back, so a test finds the database ``migrate`` leaves whichever tests its worker ran before."""
+    if sender.label != "django_q":
+        return
+    from django_q.models import Schedule
+
+    for installs in _migrated_schedules():
+        fields = {"func": installs["func"], "minutes": installs["minutes"], "schedule_type": "I", "repeats": -1}
+        Schedule.objects.update_or_create(name=installs["name"], defaults=fields)
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the handler closes a con
 @pytest.fixture(autouse=True)
 def _starts(settings, monkeypatch):
     # The tests' folder store and Redis are what the deployment checks refuse when DEBUG is off, as pytest runs;
-    # the browser tests' plugin sets DJANGO_ALLOW_ASYNC_UNSAFE, which Django's own deployment check refuses.
+    # the browser tests' plugin sets DJANGO_ALLOW_ASYNC_UNSAFE, which Django's own deployment check refuses, and
+    # which the database calls need after a browser test ran in this process.
     settings.SILENCED_SYSTEM_CHECKS = ["relay.E001", "relay.E003"]
-    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+    with monkeypatch.context() as started:  # only while gunicorn's entry point starts: a browser test run earlier in
+        started.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)  # this process left its event loop in the thread
+        import config.wsgi  # noqa: F401
 
 
 def call(path: str, *, method: str = "GET", body: bytes = b"", headers: dict | None = None):
