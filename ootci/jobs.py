@@ -28,6 +28,7 @@ from django.utils import timezone
 from ootci.environment import environment_filled, environment_merged
 from ootci.models import Dispatch, JobResult, TestReport
 from ootci.replication import job_results_changed
+from ootci.rows import rows_as
 
 Status, Source = JobResult.Status, JobResult.Source
 # How often a write that lost a race is decided again before giving up (each retry means another writer succeeded).
@@ -99,9 +100,9 @@ def job_report_apply(*, key: dict[str, Any], report: Report, new: dict[str, Any]
 
 def _recorded(key: dict[str, Any]) -> JobResult | None:
     # The unique key's columns written out: on every callback the ORM took longer to compile this lookup than the
-    # database to run it (tests/bench/bench_callback.py); raw() still maps the row through the ORM's converters.
-    params = [key[name] for name in JobResult.ATTEMPT_FIELDS]
-    return next(iter(JobResult.objects.raw(RECORDED, params)), None)
+    # database to run it (tests/bench/bench_callback.py); mapped as raw() maps it (ootci.rows).
+    found = rows_as(JobResult, RECORDED, [key[name] for name in JobResult.ATTEMPT_FIELDS])
+    return found[0] if found else None
 
 
 def transition(job: JobResult, report: Report) -> dict[str, Any]:

@@ -31,9 +31,11 @@ BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
 
 
-def job_alerts_evaluate(*, job_id: int) -> str:
-    """The rules a job's result bears on: the PR rule for a pull_request job, the baseline rule for the others."""
-    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None) -> str:
+    """The rules a job's result bears on: the PR rule for a pull_request job, the baseline rule for the others.
+    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again."""
+    if job is None or job.pk != job_id:
+        job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None or job.status != JobResult.Status.COMPLETED:
         return "nothing"
     if job.environment:

@@ -3,9 +3,11 @@
 The callback's body is exactly what the public `cross-repo-ci-relay-callback` action sends (DESIGN §4), with the
 job's GitHub Actions OIDC token; the ingest's is the ``{trusted, untrusted}`` body the reference relay forwards to
 its HUD, with the shared bot token. Both read their body through :func:`request_body` (size cap, JSON, refusals as
-``{"detail": ...}``), validate it with a nested InputSerializer and hand it to one service in
-relay.endpoints.job_reports. Callback checks run cheapest and most trusted first: size, token, allowlist, rate limit,
-then the body; every refused callback is counted for the HUD (CallbackRejection).
+``{"detail": ...}``), validate it as a nested InputSerializer says and hand it to one service in
+relay.endpoints.job_reports. The callback's serializer is its schema; its body is checked by
+relay.endpoints.callback_body, which answers the same without building a serializer per request. Callback checks
+run cheapest and most trusted first: size, token, allowlist, rate limit, then the body; every refused callback is
+counted for the HUD (CallbackRejection).
 """
 
 import logging
@@ -23,9 +25,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ootci import environment
-from ootci.http.api_errors import RefusalSerializer, validation_detail
+from ootci.http.api_errors import RefusalSerializer
 from ootci.models import JobResult
 from relay.endpoints import checked, job_reports
+from relay.endpoints.callback_body import CONCLUSIONS, callback_body_checked
 from relay.endpoints.requests import (
     MAX_COUNT,
     Refused,
@@ -42,8 +45,6 @@ logger = logging.getLogger(__name__)
 CALLBACK_MAX_BYTES = 2 * 1024 * 1024
 # Failed-test names and messages are only shown: NUL characters and lone surrogates there are stripped, not refused.
 DISPLAY_ONLY = ("workflow.test_results.failed_tests",)
-# The conclusions GitHub accepts for a check run.
-CONCLUSIONS = ["success", "failure", "cancelled", "timed_out", "skipped", "neutral", "action_required", "stale"]
 
 
 @extend_schema_serializer(component_name="CallbackEnvironment")
@@ -192,10 +193,10 @@ class CallbackApi(APIView):
         if not self.rate_counted:
             self.rate_counted = True
             rate_limit(self.repo)
-        serializer = self.InputSerializer(data=body_json(request, display_only=DISPLAY_ONLY))
-        if not serializer.is_valid():
-            raise Refused(400, validation_detail(serializer.errors))
-        data = serializer.validated_data
+        try:  # as InputSerializer would, without building it (relay.endpoints.callback_body)
+            data = callback_body_checked(body_json(request, display_only=DISPLAY_ONLY))
+        except ValueError as e:
+            raise Refused(400, str(e)) from e
         try:
             outcome = job_reports.callback_accept(
                 backend=backend,

@@ -19,6 +19,7 @@ from django_q.tasks import async_task
 from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
+from ootci.rows import rows_as
 from relay.endpoints import ratelimit, sha_check
 from relay.endpoints.tokens import callback_token_problem
 from relay.github import check_runs
@@ -185,9 +186,9 @@ def _callback_dispatch(*, backend: Backend, delivery_id: str, callback_token: st
     """Our dispatch of ``delivery_id`` to ``backend``, with what a report needs of its delivery and PR as attributes
     (event, upstream_repo, head_sha, pull_request_id, pr_number)."""
     # One statement, written out: on every callback the ORM took longer to compile this join than the database to
-    # run it (tests/bench/bench_callback.py). raw() still maps the dispatch's own columns through the ORM.
-    found = Dispatch.objects.raw(DISPATCH_OF_DELIVERY, [backend.pk, delivery_id])
-    dispatch = next(iter(found), None)
+    # run it (tests/bench/bench_callback.py). Mapped as raw() maps it (ootci.rows).
+    found = rows_as(Dispatch, DISPATCH_OF_DELIVERY, [backend.pk, delivery_id])
+    dispatch = found[0] if found else None
     if dispatch is None:
         raise CallbackRefused(
             403, f"No dispatch of delivery {delivery_id!r} was sent to {backend.repo}: nothing to report on."

@@ -58,6 +58,8 @@ def job_artifacts(job: JobResult) -> list[dict[str, Any]]:
 def job_artifacts_to_pull(job: JobResult) -> list[dict[str, Any]]:
     """The job's artifacts not pulled yet (GitHubError when GitHub cannot say)."""
     found = job_artifacts(job)
+    if not found:  # most jobs: no report uploaded, nothing to compare
+        return []
     pulled = set(TestReport.objects.filter(job=job, artifact_id__isnull=False).values_list("artifact_id", flat=True))
     return [item for item in found if item["id"] not in pulled]
 

@@ -29,7 +29,7 @@ def job_completed_follow_up(*, job_id: int) -> str:
     logs.job_log_after_report(job=job)
     if job.event_type == BISECT_EVENT:  # a bisection step that ended without a report to come is inconclusive
         transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_ended", job.pk), robust=True)
-    return incidents.job_alerts_evaluate(job_id=job_id)
+    return incidents.job_alerts_evaluate(job_id=job_id, job=job)
 
 
 def job_reports_pull_wanted(job: JobResult) -> None:

@@ -217,7 +217,7 @@ def _drained(worker_pid: int) -> None:
     client = redis.Redis.from_url(REDIS)
     deadline, last, quiet_since = time.monotonic() + 900, -1.0, time.monotonic()
     while time.monotonic() < deadline:
-        used = sum(_process_cpu(pid) for pid in _tree(worker_pid))
+        used = _tree_cpu(worker_pid)
         if used != last or any(client.llen(k) for k in client.keys("django_q:*:q")):
             last, quiet_since = used, time.monotonic()
         elif time.monotonic() - quiet_since > 1.5:
@@ -304,8 +304,8 @@ def _cpu_seconds(server_pid: int, worker_pid: int, database: str) -> dict[str, f
     with open("/proc/stat") as f:
         machine = [int(n) / TICKS for n in f.readline().split()[1:]]
     return {
-        "gunicorn": sum(_process_cpu(pid) for pid in _tree(server_pid)),
-        "worker": sum(_process_cpu(pid) for pid in _tree(worker_pid)),
+        "gunicorn": _tree_cpu(server_pid),
+        "worker": _tree_cpu(worker_pid),
         "postgres": sum(_process_cpu(pid) for pid in postgres),
         "redis": sum(_process_cpu(pid) for pid in redis_pids),
         "machine": sum(machine) - machine[3] - machine[4],  # all but idle and iowait
@@ -325,9 +325,18 @@ def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def _process_cpu(pid: int) -> float:
+def _process_cpu(pid: int, *, reaped: bool = False) -> float:
     fields = _read(f"/proc/{pid}/stat").rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS if fields else 0.0  # utime, stime
+    if not fields:
+        return 0.0
+    used = int(fields[11]) + int(fields[12])  # utime, stime
+    return (used + int(fields[13]) + int(fields[14]) if reaped else used) / TICKS  # cutime, cstime
+
+
+def _tree_cpu(pid: int) -> float:
+    """The CPU of a process tree, its children that ended included: qcluster replaces each worker process after
+    ``recycle`` (500) tasks, and an ended process's CPU is only in its parent's count of reaped children."""
+    return sum(_process_cpu(p, reaped=True) for p in _tree(pid))
 
 
 def _read(path: str) -> str:

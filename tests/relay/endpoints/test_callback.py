@@ -412,3 +412,25 @@ def test_a_re_run_attempt_has_no_queue_time_but_its_later_jobs_wait_for_dependen
     build, test = JobResult.objects.get(job_name="build"), JobResult.objects.get(job_name="test")
     assert (build.queue_time, build.dependency_wait) == (None, None)  # a re-run reuses a dispatch hours old
     assert test.queue_time is None and test.dependency_wait is not None
+
+
+# --- what a callback costs (issue 30) --------------------------------------------------------------
+
+
+def test_a_callback_is_four_statements(downstream, client, django_assert_num_queries, monkeypatch):
+    """The backend, the dispatch with its delivery, the job attempt (read, or the run's first start), its write:
+    pinned so that a change that adds a round trip to every callback is seen. The worker's follow-up is not counted."""
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+
+    monkeypatch.setattr(Conf, "SYNC", False)  # queued, as in production, not run at once as the tests' Q_SYNC does
+    ci = downstream()
+    dispatch = ci.dispatch()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ci.issuer.token(repository=ci.repo)}"}
+
+    for name in ("pull_request.in_progress", "pull_request.completed.failure"):
+        body = json.dumps(ci.body(name, dispatch))
+        with django_assert_num_queries(4):
+            response = client.post("/github/callback", body, content_type="application/json", **auth)
+        assert response.status_code == 200, response.content
+    get_broker().purge_queue()
