@@ -66,18 +66,34 @@ if [ "${1:-}" = "--fuzz" ]; then
   echo "==> fuzz (FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-250} per target)"
   exec .venv/bin/pytest -p no:randomly -p no:xdist -s -q tests/fuzz "$@"
 fi
-echo "==> pytest (PostgreSQL)"
-.venv/bin/pytest -n 2 "$@"
-[ $# -eq 0 ] || exit 0
-
 # The SQLite lane: what `make run` uses (SQLite) migrated and seeded, then the HUD queries and the relay's
 # webhook → dispatch → callback → sweeper tests on it, and the per-test pages' stores and the disabled-test import.
+# It runs beside the PostgreSQL lane (the suite waits on its stores more than it computes: the two lanes together
+# keep the two cores busy), on Redis databases of its own, and its output follows the PostgreSQL lane's.
+lane_pid=""
+if [ $# -eq 0 ]; then
+  lane="sqlite:///$PWD/var/lane.sqlite3"
+  rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3 var/lane.log
+  DATABASE_URL=$lane REDIS_URL=redis://127.0.0.1:6379/8 setsid bash -c '
+    set -e
+    .venv/bin/python manage.py migrate -v 0
+    .venv/bin/python manage.py seed_demo
+    exec .venv/bin/pytest -n 2 -p no:cacheprovider tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
+      tests/relay/github/test_outbox.py tests/relay/endpoints/test_callback.py tests/relay/endpoints/test_ingest.py \
+      tests/relay/reliability/test_sweeper.py tests/ootci/test_seed_demo.py tests/hud/history/test_history.py \
+      tests/hud/failing/test_classes.py tests/ootci/disabled/test_registry.py' > var/lane.log 2>&1 &
+  lane_pid=$!
+  trap '[ -z "$lane_pid" ] || kill -- -"$lane_pid" 2>/dev/null || true' EXIT
+fi
+
+echo "==> pytest (PostgreSQL)"
+pg_status=0
+.venv/bin/pytest -n 2 "$@" || pg_status=$?
+[ -n "$lane_pid" ] || exit "$pg_status"
+
 echo "==> SQLite lane: migrate, seed_demo, HUD queries, relay services, test history on SQLite"
-lane="sqlite:///$PWD/var/lane.sqlite3"
-rm -f var/lane.sqlite3 var/test-sqlite-gw*.sqlite3
-DATABASE_URL=$lane .venv/bin/python manage.py migrate -v 0
-DATABASE_URL=$lane .venv/bin/python manage.py seed_demo
-DATABASE_URL=$lane exec .venv/bin/pytest -n 2 tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
-  tests/relay/github/test_outbox.py tests/relay/endpoints/test_callback.py tests/relay/endpoints/test_ingest.py tests/relay/reliability/test_sweeper.py \
-  tests/ootci/test_seed_demo.py tests/hud/history/test_history.py tests/hud/failing/test_classes.py \
-  tests/ootci/disabled/test_registry.py
+lane_status=0
+wait "$lane_pid" || lane_status=$?
+lane_pid=""
+cat var/lane.log
+[ "$pg_status" -eq 0 ] && [ "$lane_status" -eq 0 ]
