@@ -62,10 +62,10 @@ class _Send:
 
     dispatch: Dispatch
     stamp: datetime  # the ``updated_at`` of our claim: every write to the row is fenced on it
-    client_payload: dict[str, Any]
-    trimmed: bool
     budget: int  # tries in this round: after a wait, one per round (the schedule spaces them, not the task)
     failures: int = 0
+    client_payload: dict[str, Any] | None = None  # made by the first try's sending thread
+    trimmed: bool = False
 
 
 def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -> dict[str, int]:
@@ -193,23 +193,16 @@ def _dispatches_claim(dispatch_ids: list[int], outcomes: Counter[str]) -> list[_
     dispatches = list(ours.select_related("backend").order_by("pk"))
     deliveries = Delivery.objects.in_bulk({d.delivery_id for d in dispatches})
     outcomes["skipped"] += len(dispatch_ids) - len(dispatches)
-    sends = []
     for dispatch in dispatches:
         dispatch.delivery = deliveries[dispatch.delivery_id]
-        try:
-            client_payload, trimmed = dispatch_client_payload(dispatch=dispatch)
-        except Exception:
-            # The row stays claimed and pending: the schedule tries it again once the claim is stale.
-            logger.exception("dispatch %s crashed", dispatch.pk)
-            outcomes["error"] += 1
-            continue
-        budget = 1 if dispatch.retry_at else settings.DISPATCH_MAX_ATTEMPTS
-        sends.append(_Send(dispatch, now, client_payload, trimmed, budget))
-    return sends
+    return [_Send(d, now, budget=1 if d.retry_at else settings.DISPATCH_MAX_ATTEMPTS) for d in dispatches]
 
 
 def _send(send: _Send) -> None:
-    """A sending thread's work: one try, no database (what GitHub answered is the owning thread's to write)."""
+    """A sending thread's work: one try, no database (what GitHub answered is the owning thread's to write). The
+    payload is made here, so that the first send starts as soon as the claim is committed."""
+    if send.client_payload is None:
+        send.client_payload, send.trimmed = dispatch_client_payload(dispatch=send.dispatch)
     github.repository_dispatch_create(
         repo=send.dispatch.backend.repo, event_type=send.dispatch.delivery.event, client_payload=send.client_payload
     )

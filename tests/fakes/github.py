@@ -11,7 +11,8 @@ re-runs once at a time). Tests program it:
     fake.outage = Reply(502)                                                 # every answer until None
     fake.route("GET", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/check-runs")(handler)   # extend
 
-and read what it was sent from ``fake.requests`` (every request, in order, thread-safe).
+and read what it was sent from ``fake.requests`` (every request, in order, thread-safe). It speaks HTTP/1.1 with
+keep-alive, as GitHub does (``fake.connections_opened`` counts the connections); ``stop()`` ends the open ones too.
 """
 
 import contextlib
@@ -99,6 +100,7 @@ class FakeGitHub:
         self.token_ttl = timedelta(hours=1)
         self.uninstalled: set[str] = set()  # repos (lower case) the App is not installed on
         self.requests: list[Request] = []
+        self.connections_opened = 0  # TCP connections accepted: with keep-alive, fewer than requests
         self.tokens: dict[str, tuple[int, datetime]] = {}
         self._routes: list[tuple[str, re.Pattern, Handler]] = []
         self._scripts: dict[tuple[str, str], deque[Reply]] = {}
@@ -335,6 +337,7 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         super().setup()
         with self.server.connections_lock:
             self.server.connections.add(self.connection)
+            self.fake.connections_opened += 1
 
     def finish(self) -> None:
         with self.server.connections_lock:
