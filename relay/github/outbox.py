@@ -105,6 +105,9 @@ def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -
             if not in_flight and not waiting:
                 break  # the rest of todo comes after the deadline
             timeout = max(0.0, waiting[0][0] - time.monotonic()) if waiting else None
+            if not in_flight:
+                time.sleep(timeout or 0.0)  # wait() on no future would return at once
+                continue
             done, _ = wait(list(in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
             _answers_record([(in_flight.pop(future), future) for future in done], waiting, deadline, outcomes)
     if todo:

@@ -138,9 +138,10 @@ def test_a_rate_limit_is_waited_out_and_not_counted_as_a_failure(fake_github, po
     settings.DISPATCH_MAX_ATTEMPTS = 1  # one failure would end it: the rate limit must not count as one
     make_backend("org/a")
     fake_github.script("POST", "/repos/org/a/dispatches", Reply.rate_limited(reset_in=1))
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     post_webhook("pull_request", "pull_request.opened.payload")
     assert time.monotonic() - started >= 0.9
+    assert time.process_time() - cpu < 0.5  # the task slept through the wait, it did not spin
     dispatch = Dispatch.objects.get()
     assert (dispatch.status, dispatch.attempts) == ("sent", 2)
     assert "rate limited" in dispatch.last_error
