@@ -226,13 +226,15 @@ JOB_LOG_RETENTION_DAYS = env.int("JOB_LOG_RETENTION_DAYS", default=30)
 HUD_INGEST_TOKEN = env.str("HUD_INGEST_TOKEN", default="")
 
 # Dispatch fan-out: one task per delivery sends on a thread pool (q2 workers are processes, too few for 100
-# backends at GitHub's latency). A dispatch is tried at most DISPATCH_MAX_ATTEMPTS times per round, with
-# exponential backoff and full jitter; rate-limit waits are not counted. A pending row untouched for
-# DISPATCH_STALE_SECONDS is presumed lost (worker crash, broker message lost) and sent again by the sweeper.
+# backends at GitHub's latency): DISPATCH_CONCURRENCY requests in flight at once, on threads that hold no database
+# connection (the task's own thread writes). GitHub allows 100 concurrent requests per App installation. A dispatch is
+# tried at most DISPATCH_MAX_ATTEMPTS times per round, with exponential backoff and full jitter; rate-limit waits are
+# not counted. A pending row untouched for DISPATCH_STALE_SECONDS is presumed lost (worker crash, broker message lost)
+# and sent again by the sweeper.
 GITHUB_TIMEOUT_SECONDS = env.int("GITHUB_TIMEOUT_SECONDS", default=10)
 # How long GitHub's word that a self-reported upstream SHA is a commit is kept (relay.endpoints.sha_check).
 SHA_CHECK_CACHE_SECONDS = env.int("SHA_CHECK_CACHE_SECONDS", default=3600)
-DISPATCH_CONCURRENCY = env.int("DISPATCH_CONCURRENCY", default=32)
+DISPATCH_CONCURRENCY = env.int("DISPATCH_CONCURRENCY", default=100)
 DISPATCH_MAX_ATTEMPTS = env.int("DISPATCH_MAX_ATTEMPTS", default=5)
 DISPATCH_RETRY_BASE_SECONDS = env.float("DISPATCH_RETRY_BASE_SECONDS", default=1.0)
 DISPATCH_RETRY_MAX_SECONDS = env.float("DISPATCH_RETRY_MAX_SECONDS", default=20.0)

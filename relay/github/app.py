@@ -1,13 +1,16 @@
 """The GitHub App's identity and GitHub's answers: installation tokens, and the two exceptions callers see.
 
 The relay acts as a GitHub App. Installation tokens are minted on demand (App JWT → repository installation → access
-token), kept in this process until shortly before they expire, and never used past that. Callers get one of two
-exceptions, so no PyGithub or requests type leaks out: ``GitHubError`` (``retryable`` says whether trying again may
-help) and its subclass ``RateLimited`` (``wait_seconds`` says how long GitHub asked us to wait).
+token), kept in this process until shortly before they expire, and never used past that. The hot calls (a fan-out's
+dispatches) go through ``installation_request``: one pool of kept-alive connections per process, shared by its
+threads, so that a fan-out pays for no connect (nor, against GitHub, a TLS handshake) once the pool is warm. Callers get
+one of two exceptions, so no PyGithub, requests or urllib3 type leaks out: ``GitHubError`` (``retryable`` says whether
+trying again may help) and its subclass ``RateLimited`` (``wait_seconds`` says how long GitHub asked us to wait).
 """
 
 import functools
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
+import urllib3
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from django.conf import settings
 from github import Auth, Github, GithubException, GithubIntegration
@@ -58,12 +62,50 @@ _tokens: dict[tuple[str, str, int], _Token] = {}
 _mint_locks: dict[tuple[str, str, int], threading.Lock] = {}
 
 
+_pools: dict[int, urllib3.PoolManager] = {}  # by process id: a forked worker must not share its parent's sockets
+
+
+# GitHub's REST API version the raw requests are written for, and the name it asks every client to send.
+API_HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "OOT-CI"}
+
+
 def installation_client(*, repo: str) -> Github:
     """A PyGithub client authenticated as the App's installation on ``repo``.
 
     A new client per call: PyGithub clients are not meant to be shared between threads.
     """
     return Github(auth=Auth.Token(installation_token(repo=repo)), **_client_options())
+
+
+def installation_request(
+    method: str, path: str, *, repo: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
+    """One request to the REST API as the App's installation on ``repo``: (status, headers, text), any status.
+
+    On this process's pooled connections (urllib3's pool is thread-safe), without retries or redirects: the callers
+    own their retry policy. An unreachable GitHub raises a retryable ``GitHubError``.
+    """
+    token = installation_token(repo=repo)
+    data = None if body is None else json.dumps(body).encode()
+    sent = {**API_HEADERS, "Authorization": f"token {token}", **(headers or {})}
+    if data is not None:
+        sent["Content-Type"] = "application/json"
+    timeout = urllib3.Timeout(connect=settings.GITHUB_TIMEOUT_SECONDS, read=settings.GITHUB_TIMEOUT_SECONDS)
+    try:
+        response = _pool().request(
+            method, settings.GITHUB_API_URL + path, body=data, headers=sent, timeout=timeout, retries=False
+        )
+    except urllib3.exceptions.HTTPError as e:
+        raise GitHubError(f"GitHub unreachable for {repo}: {e}", retryable=True) from e
+    return response.status, dict(response.headers), response.data.decode(errors="replace")
+
+
+def _pool() -> urllib3.PoolManager:
+    pool = _pools.get(os.getpid())
+    if pool is None:
+        # As many kept-alive connections per host as a fan-out has requests in flight; more are opened and dropped.
+        pool = _pools.setdefault(os.getpid(), urllib3.PoolManager(num_pools=4, maxsize=settings.DISPATCH_CONCURRENCY))
+    return pool
 
 
 def installation_token(*, repo: str) -> str:

@@ -20,6 +20,7 @@ from relay.github.app import (
     error_from,
     github_reachable,
     installation_client,
+    installation_request,
     installation_token,
     json_or_text,
     rate_limit_wait,
@@ -32,12 +33,8 @@ __all__ = ["github_reachable"]  # the App's own call, from relay.github.app
 
 def repository_dispatch_create(*, repo: str, event_type: str, client_payload: dict[str, Any]) -> None:
     """POST /repos/{repo}/dispatches as the App's installation on ``repo``; any non-2xx raises."""
-    client = installation_client(repo=repo)
     body = {"event_type": event_type, "client_payload": client_payload}
-    try:
-        status, headers, text = client.requester.requestJson("POST", f"/repos/{repo}/dispatches", input=body)
-    except requests.RequestException as e:
-        raise GitHubError(f"GitHub unreachable for {repo}: {e}", retryable=True) from e
+    status, headers, text = installation_request("POST", f"/repos/{repo}/dispatches", repo=repo, body=body)
     if not 200 <= status < 300:
         if status in (401, 404):
             # The token may have been revoked or the App reinstalled: resolve both again next time.

@@ -1,24 +1,29 @@
 """The dispatch outbox: each Dispatch row is one repository_dispatch to one backend, sent by the task worker.
 
 A delivery's Dispatch rows are written with the Delivery (relay.endpoints.intake); this module sends them, at least once
-and never twice while a claim holds: a conditional UPDATE claims a row, every later write is fenced on the claim's
+and never twice while a claim holds: a conditional UPDATE claims the rows, every later write is fenced on the claim's
 ``updated_at`` stamp, and a row left pending (task lost, worker killed, broker down) is sent again by the
 ``relay: resend stale dispatches`` schedule. A task stops taking work before the task timeout
 (``Q_CLUSTER["timeout"]``) could kill it mid-request, and leaves the rest to a continuation task.
+
+A fan-out is one thread that owns the rows (claims, writes, retry timing, on the task's one database connection) and
+up to DISPATCH_CONCURRENCY sending threads that only talk to GitHub: a send starts as soon as its claim is committed,
+and what GitHub answered is written in batches that never hold a send up.
 """
 
+import heapq
 import json
 import logging
-import queue
 import random
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -51,85 +56,70 @@ def task_deadline() -> float:
     return time.monotonic() + settings.Q_CLUSTER["timeout"] - 2 * settings.GITHUB_TIMEOUT_SECONDS
 
 
-def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -> dict[str, int]:
-    """Send dispatches on a thread pool: GitHub's latency, not our CPU, bounds a fan-out.
+@dataclass
+class _Send:
+    """A claimed dispatch on its way to GitHub."""
 
-    Returns how many ended sent, failed, pending (left for the sweeper), skipped (claimed elsewhere) or continued
-    (not started before the deadline: handed to a new task, which claims them as this one would have).
+    dispatch: Dispatch
+    stamp: datetime  # the ``updated_at`` of our claim: every write to the row is fenced on it
+    budget: int  # tries in this round: after a wait, one per round (the schedule spaces them, not the task)
+    failures: int = 0
+    client_payload: dict[str, Any] | None = None  # made by the first try's sending thread
+    trimmed: bool = False
+
+
+def dispatches_send(*, dispatch_ids: list[int], deadline: float | None = None) -> dict[str, int]:
+    """Send dispatches, up to DISPATCH_CONCURRENCY at once: GitHub's latency, not our CPU, bounds a fan-out.
+
+    Each dispatch is claimed by a conditional UPDATE (only a pending row that is new, stale or due for its retry), and
+    every later write is fenced on the ``updated_at`` stamp of the claim, so two workers never both send. Every try
+    counts in ``attempts``. A 4xx that is not a rate limit fails it at once; a round of DISPATCH_MAX_ATTEMPTS 5xx or
+    timeouts (one try once it has waited), a long rate limit, or a retry that would start after ``deadline`` leaves it
+    pending with ``retry_at`` for the schedule, so that a task never sleeps long nor is killed mid-request, and a
+    GitHub outage fails nothing until DISPATCH_RETRY_WINDOW_HOURS have passed. A crash between GitHub's answer and our
+    write means one resend after DISPATCH_STALE_SECONDS: GitHub has no idempotency key for dispatches, so delivery is
+    at least once.
+
+    Returns how many ended sent, failed, pending (left for the schedule), skipped (claimed elsewhere), error (crashed:
+    left claimed, for the schedule) or continued (not claimed before the deadline: handed to a new task, which claims
+    them as this one would have).
     """
+    if not dispatch_ids:
+        return {}
     deadline = deadline if deadline is not None else task_deadline()
-    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for pk in dispatch_ids:
-        todo.put(pk)
-    workers = min(settings.DISPATCH_CONCURRENCY, len(dispatch_ids))
+    todo = deque(dispatch_ids)
+    width = min(settings.DISPATCH_CONCURRENCY, len(dispatch_ids))
     outcomes: Counter[str] = Counter()
-    if workers <= 1:
-        outcomes.update(_dispatches_send_from(todo, deadline, close=False))
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dispatch") as pool:
-            for counts in pool.map(_dispatches_send_from, [todo] * workers, [deadline] * workers):
-                outcomes.update(counts)
-    left = []
-    while not todo.empty():
-        left.append(todo.get_nowait())
-    if left:
-        outcomes["continued"] = len(left)
-        _dispatches_continue(left)
-    return dict(outcomes)
+    waiting: list[tuple[float, int, _Send]] = []  # retries, soonest first
+    in_flight: dict[Future, _Send] = {}
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dispatch") as senders:
+        while todo or waiting or in_flight:
+            for send in _retries_due(waiting, outcomes):
+                in_flight[senders.submit(_send, send)] = send
+            room = width - len(in_flight)
+            if todo and room > 0 and time.monotonic() < deadline:
+                batch = [todo.popleft() for _ in range(min(room, len(todo)))]
+                for send in _dispatches_claim(batch, outcomes):
+                    in_flight[senders.submit(_send, send)] = send
+                continue
+            if not in_flight and not waiting:
+                break  # the rest of todo comes after the deadline
+            timeout = max(0.0, waiting[0][0] - time.monotonic()) if waiting else None
+            if not in_flight:
+                time.sleep(timeout or 0.0)  # wait() on no future would return at once
+                continue
+            done, _ = wait(list(in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
+            _answers_record([(in_flight.pop(future), future) for future in done], waiting, deadline, outcomes)
+    if todo:
+        outcomes["continued"] = len(todo)
+        _dispatches_continue(list(todo))
+    return {outcome: count for outcome, count in outcomes.items() if count}
 
 
 def dispatch_send(*, dispatch_id: int, deadline: float | None = None) -> str:
-    """Send one repository_dispatch, retrying failures; safe to run twice or concurrently.
-
-    The Dispatch row is the outbox. A conditional UPDATE claims it (only a pending row that is new, stale or due for
-    its retry), and every later write is fenced on the ``updated_at`` stamp of our claim, so two workers never both
-    send. Every try counts in ``attempts``. A 4xx that is not a rate limit fails it at once; a round of
-    DISPATCH_MAX_ATTEMPTS 5xx or timeouts (one try once it has waited), a long rate limit, or a retry that would
-    start after ``deadline`` leaves it pending with ``retry_at`` for the schedule, so that a task never sleeps
-    long nor is killed mid-request, and a GitHub outage fails nothing until DISPATCH_RETRY_WINDOW_HOURS have
-    passed. A crash between GitHub's answer and our write means one resend after DISPATCH_STALE_SECONDS: GitHub has
-    no idempotency key for dispatches, so delivery is at least once.
-    """
-    deadline = deadline if deadline is not None else task_deadline()
-    stamp = _dispatch_claim(dispatch_id)
-    if stamp is None:
-        return "skipped"
-    dispatch = Dispatch.objects.select_related("delivery", "backend").get(pk=dispatch_id)
-    client_payload, trimmed = dispatch_client_payload(dispatch=dispatch)
-    # After a wait, one try per round: during a long outage the schedule spaces the tries, not this task.
-    budget = 1 if dispatch.retry_at else settings.DISPATCH_MAX_ATTEMPTS
-    failures = 0
-    while True:
-        try:
-            github.repository_dispatch_create(
-                repo=dispatch.backend.repo, event_type=dispatch.delivery.event, client_payload=client_payload
-            )
-        except github.RateLimited as e:
-            if e.wait_seconds > settings.DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS:
-                return _dispatch_defer(dispatch, stamp, wait=e.wait_seconds, reason=str(e))
-            wait, last_error = e.wait_seconds, str(e)
-            stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
-        except github.GitHubError as e:
-            failures += 1
-            if not e.retryable:
-                _dispatch_finish(dispatch_id, status=Dispatch.Status.FAILED, last_error=str(e), trimmed=trimmed)
-                logger.warning("dispatch %s to %s failed: %s", dispatch_id, dispatch.backend.repo, e)
-                return "failed"
-            if failures >= budget:
-                return _dispatch_defer(dispatch, stamp, wait=_later_backoff(dispatch), reason=str(e))
-            wait, last_error = _backoff(failures), str(e)
-            stamp = _dispatch_renew(dispatch_id, stamp, last_error=last_error)
-        else:
-            _dispatch_finish(dispatch_id, status=Dispatch.Status.SENT, trimmed=trimmed)
-            return "sent"
-        if stamp is None:
-            return "skipped"
-        if time.monotonic() + wait > deadline:
-            return _dispatch_defer(dispatch, stamp, wait=wait, reason=last_error)
-        time.sleep(wait)
-        stamp = _dispatch_renew(dispatch_id, stamp, attempts=F("attempts") + 1)
-        if stamp is None:
-            return "skipped"
+    """Send one repository_dispatch, retrying failures (``dispatches_send``); safe to run twice or concurrently."""
+    [(outcome, _)] = dispatches_send(dispatch_ids=[dispatch_id], deadline=deadline).items()
+    return outcome
 
 
 def dispatch_client_payload(*, dispatch: Dispatch) -> tuple[dict[str, Any], bool]:
@@ -193,14 +183,91 @@ def delivery_archive(*, delivery_pk: int, body: bytes) -> str:
     return key
 
 
-def _dispatch_claim(dispatch_id: int) -> datetime | None:
+def _dispatches_claim(dispatch_ids: list[int], outcomes: Counter[str]) -> list[_Send]:
+    """Claim what of ``dispatch_ids`` no other worker holds: one UPDATE, then the claimed rows and their deliveries
+    (one payload per delivery, not one per row)."""
     now = timezone.now()
-    claimed = (
-        Dispatch.objects.filter(pk=dispatch_id, status=Dispatch.Status.PENDING)
-        .filter(Q(attempts=0, retry_at__isnull=True) | _claimable(now))
-        .update(attempts=F("attempts") + 1, updated_at=now)
+    claimable = Q(attempts=0, retry_at__isnull=True) | _claimable(now)
+    Dispatch.objects.filter(claimable, pk__in=dispatch_ids, status=Dispatch.Status.PENDING).update(
+        attempts=F("attempts") + 1, updated_at=now
     )
-    return now if claimed else None
+    # The rows stamped with this claim's time are ours: a row another worker claimed first matched no longer.
+    ours = Dispatch.objects.filter(pk__in=dispatch_ids, status=Dispatch.Status.PENDING, updated_at=now)
+    dispatches = list(ours.select_related("backend").order_by("pk"))
+    deliveries = Delivery.objects.in_bulk({d.delivery_id for d in dispatches})
+    outcomes["skipped"] += len(dispatch_ids) - len(dispatches)
+    for dispatch in dispatches:
+        dispatch.delivery = deliveries[dispatch.delivery_id]
+    return [_Send(d, now, budget=1 if d.retry_at else settings.DISPATCH_MAX_ATTEMPTS) for d in dispatches]
+
+
+def _send(send: _Send) -> None:
+    """A sending thread's work: one try, no database (what GitHub answered is the owning thread's to write). The
+    payload is made here, so that the first send starts as soon as the claim is committed."""
+    if send.client_payload is None:
+        send.client_payload, send.trimmed = dispatch_client_payload(dispatch=send.dispatch)
+    github.repository_dispatch_create(
+        repo=send.dispatch.backend.repo, event_type=send.dispatch.delivery.event, client_payload=send.client_payload
+    )
+
+
+def _answers_record(
+    answered: list[tuple[_Send, Future]], waiting: list[tuple[float, int, _Send]], deadline: float, outcomes: Counter
+) -> None:
+    """Write what GitHub answered: the sent ones in one UPDATE per batch, a failure as ``_try_failed`` decides."""
+    sent = [send for send, future in answered if future.exception() is None]
+    for trimmed in {send.trimmed for send in sent}:
+        now = timezone.now()
+        ids = [send.dispatch.pk for send in sent if send.trimmed == trimmed]
+        Dispatch.objects.filter(pk__in=ids).update(
+            status=Dispatch.Status.SENT, payload_trimmed=trimmed, retry_at=None, updated_at=now, sent_at=now
+        )
+    outcomes["sent"] += len(sent)
+    for send, future in answered:
+        if (error := future.exception()) is not None and (outcome := _try_failed(send, error, waiting, deadline)):
+            outcomes[outcome] += 1
+
+
+def _try_failed(send: _Send, e: BaseException, waiting: list[tuple[float, int, _Send]], deadline: float) -> str | None:
+    """After a failed try: the dispatch's outcome, or None when its next try is queued in ``waiting``."""
+    dispatch = send.dispatch
+    if isinstance(e, github.RateLimited):
+        if e.wait_seconds > settings.DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS:
+            return _dispatch_defer(dispatch, send.stamp, wait=e.wait_seconds, reason=str(e))
+        wait_seconds = e.wait_seconds  # a short rate limit is waited out and not counted as a failure
+    elif isinstance(e, github.GitHubError):
+        send.failures += 1
+        if not e.retryable:
+            _dispatch_finish(dispatch.pk, status=Dispatch.Status.FAILED, last_error=str(e), trimmed=send.trimmed)
+            logger.warning("dispatch %s to %s failed: %s", dispatch.pk, dispatch.backend.repo, e)
+            return "failed"
+        if send.failures >= send.budget:
+            return _dispatch_defer(dispatch, send.stamp, wait=_later_backoff(dispatch), reason=str(e))
+        wait_seconds = _backoff(send.failures)
+    else:
+        # The row stays claimed and pending: the schedule sends it once the claim is stale.
+        logger.error("dispatch %s crashed", dispatch.pk, exc_info=e)
+        return "error"
+    send.stamp = _dispatch_renew(dispatch.pk, send.stamp, last_error=str(e))
+    if send.stamp is None:
+        return "skipped"
+    if time.monotonic() + wait_seconds > deadline:
+        return _dispatch_defer(dispatch, send.stamp, wait=wait_seconds, reason=str(e))
+    heapq.heappush(waiting, (time.monotonic() + wait_seconds, dispatch.pk, send))
+    return None
+
+
+def _retries_due(waiting: list[tuple[float, int, _Send]], outcomes: Counter[str]) -> list[_Send]:
+    """The retries whose wait is over, each counted as a try (and still ours)."""
+    due = []
+    while waiting and waiting[0][0] <= time.monotonic():
+        send = heapq.heappop(waiting)[2]
+        send.stamp = _dispatch_renew(send.dispatch.pk, send.stamp, attempts=F("attempts") + 1)
+        if send.stamp is None:
+            outcomes["skipped"] += 1
+        else:
+            due.append(send)
+    return due
 
 
 def _claimable(now: datetime) -> Q:
@@ -246,28 +313,6 @@ def _dispatch_finish(dispatch_id: int, *, status: str, trimmed: bool, last_error
     if last_error is not None:
         fields["last_error"] = last_error
     Dispatch.objects.filter(pk=dispatch_id).update(**fields)
-
-
-def _dispatches_send_from(todo: "queue.SimpleQueue[int]", deadline: float, close: bool = True) -> Counter[str]:
-    """One sending thread: takes dispatches until none are left or the deadline passed (a slow one holds up no
-    other)."""
-    outcomes: Counter[str] = Counter()
-    try:
-        while time.monotonic() < deadline:
-            try:
-                dispatch_id = todo.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                outcomes[dispatch_send(dispatch_id=dispatch_id, deadline=deadline)] += 1
-            except Exception:
-                # The row stays claimed and pending: the sweeper sends it once the claim is stale.
-                logger.exception("dispatch %s crashed", dispatch_id)
-                outcomes["error"] += 1
-        return outcomes
-    finally:
-        if close:
-            connections.close_all()  # this thread's own connections: threads of a pool must not leak them
 
 
 def _dispatches_continue(dispatch_ids: list[int]) -> None:

@@ -1,15 +1,22 @@
 """Webhook benchmark: answer latency and fan-out time with 100 backends, the fake GitHub answering in 100 ms.
 
-Run: .venv/bin/pytest -s tests/bench/bench_webhook.py   (prints figures; BENCH_BROKER=orm for the ORM broker)
+Run: .venv/bin/pytest -s tests/bench/bench_webhook.py   (prints figures; BENCH_BROKER=orm for the ORM broker in 1)
+     BENCH_BASELINE=/path/to/another/checkout ...      (2 before/after, interleaved: baseline, this, baseline, …)
 
 1. Answer latency: 200 signed pull_request deliveries through the Django stack, tasks enqueued to the
    real broker and left there. Target p99 < 30 ms, independent of the number of backends (1 vs 100).
-2. Fan-out: a real `manage.py qcluster` (Q_WORKERS=2) against the same database and broker; time from
-   the POST to the last repository_dispatch received by the fake. Cold (every installation token to
-   mint: 3 GitHub calls per backend) and warm (tokens cached: 1 call). Target < 3 s on 2 cores.
+2. Fan-out, in the production shape (the README's: gunicorn -w 3, ``manage.py qcluster`` with Q_WORKERS=2,
+   PostgreSQL, Redis; per tree a database of its own, created, migrated and dropped, and REDIS_URL's database,
+   flushed): time from the POST to the fake's answer to the last of 100 repository_dispatches, the fake GitHub
+   (HTTP/1.1, keep-alive, as GitHub) answering every request in 100 ms. Each round starts the servers afresh and
+   posts one delivery with every installation token to mint (cold: 3 GitHub calls per backend), then BENCH_WARM
+   deliveries; warm is the median of those that minted no token. Goal (issue #30): warm < 500 ms, asserted on the
+   median of BENCH_ROUNDS rounds with a margin of MARGIN for a shared, loaded 2-core machine.
 """
 
+import http.client
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -17,19 +24,22 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
-from django.db import connection
+import redis
 from django_q.brokers import get_broker
 from django_q.conf import Conf
 
-from ootci.models import Backend, Dispatch
+from ootci.models import Backend
 from relay.github import client as github
+from tests.bench.bench_callback import _free_port, _manage, _wait_until_up
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = 100
 LATENCY = 0.1
+WEBHOOK_SECRET = "bench-webhook-secret"
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,52 +110,184 @@ def test_webhook_answer_latency(bench, client, settings):
     assert p99 < 30
 
 
-def test_webhook_to_last_dispatch(bench, client, settings):
-    fake, broker_kind = bench
-    Backend.objects.bulk_create(Backend(repo=f"org{i}/backend") for i in range(BACKENDS))
-    worker = start_qcluster(settings, broker_kind)
+def test_webhook_to_last_dispatch(fanout_github, fanout_trees):
+    """Item 2, in the production shape; per round and tree, a cold delivery then warm ones, interleaved by tree."""
+    for _, tree, database in fanout_trees:
+        env = _fanout_environment(database, fanout_github)
+        _manage(tree, env, "migrate", "--no-input", "-v", "0")
+        _manage(tree, env, "shell", "-v", "0", "-c", SEED_BACKENDS.format(count=BACKENDS))
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in fanout_trees}
+    for n in range(FANOUT_ROUNDS):
+        for label, tree, database in fanout_trees:
+            figures = _fanout_round(tree, database, fanout_github)
+            results[label].append(figures)
+            print(f"\n[round {n + 1}, {label}] " + _fanout_line(figures))
+    print(
+        f"\nwebhook → last of {BACKENDS} dispatches answered: gunicorn -w 3 + qcluster (Q_WORKERS=2), PostgreSQL, "
+        f"Redis, fake GitHub at {LATENCY * 1000:.0f} ms per request (HTTP/1.1); {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.2f}; median of {FANOUT_ROUNDS} rounds, warm = the median of a round's deliveries "
+        f"that minted no token"
+    )
+    for label, rounds in results.items():
+        print(f"{label}: " + _fanout_line({key: statistics.median(r[key] for r in rounds) for key in rounds[0]}))
+    final = results[fanout_trees[-1][0]]
+    warm, cold = (statistics.median(r[key] for r in final) for key in ("warm", "cold"))
+    print(f"goal: warm < {FANOUT_GOAL_MS} ms (asserted < {FANOUT_GOAL_MS / MARGIN:.0f} ms, margin {MARGIN})")
+    assert warm < FANOUT_GOAL_MS / MARGIN, final
+    assert cold < 3 * FANOUT_GOAL_MS / MARGIN, final  # three GitHub calls per backend: lookup, mint, dispatch
+
+
+# --- item 2: the production shape --------------------------------------------------------------------------------
+
+SERVER = "postgresql://postgres@127.0.0.1:5432"
+FANOUT_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13")
+BASELINE = os.environ.get("BENCH_BASELINE", "")
+FANOUT_ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
+FANOUT_WARM = int(os.environ.get("BENCH_WARM", 5))  # warm deliveries per round, after the cold one
+FANOUT_GOAL_MS = 500  # issue #30: 100 dispatches at 100 ms each, webhook to the last one, warm tokens
+MARGIN = 0.8  # the goal, loosened by 20 % for a shared, loaded 2-core machine
+SEED_BACKENDS = """
+from ootci.models import Backend
+Backend.objects.bulk_create([Backend(repo=f"org{{i}}/backend") for i in range({count})], ignore_conflicts=True)
+"""
+
+
+@pytest.fixture
+def fanout_github(app_key):
+    fake = FakeGitHub(app_id=APP_ID, public_pem=app_key.public_pem).start()
+    fake.latency = LATENCY
+    fake.private_pem = app_key.private_pem
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def fanout_trees():
+    """(label, checkout, database) of each tree measured, the baseline's first; each on a database of its own."""
+    found = ([("before", Path(BASELINE))] if BASELINE else []) + [("after" if BASELINE else "this", ROOT)]
+    prefix = os.environ.get("DATABASE_URL", "/ootci").rsplit("/", 1)[1]
+    made = [(label, tree, f"{SERVER}/{prefix}_bench_fanout_{n}") for n, (label, tree) in enumerate(found)]
+    _databases_drop(made, create=True)
+    yield made
+    _databases_drop(made, create=False)
+
+
+def _databases_drop(trees: list[tuple[str, Path, str]], *, create: bool) -> None:
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        for _, _, database in trees:
+            name = database.rsplit("/", 1)[1]
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            if create:
+                conn.execute(f"CREATE DATABASE {name}")
+
+
+def _fanout_round(tree: Path, database: str, fake: FakeGitHub) -> dict[str, float]:
+    """A fresh gunicorn and qcluster (empty token caches): one delivery with every token to mint, then warm ones."""
+    env = _fanout_environment(database, fake)
+    redis.Redis.from_url(FANOUT_REDIS).flushdb()
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket"]
+        + ["--log-level", "warning", "-w", "3"],
+        cwd=tree,
+        env=env,
+    )
+    worker = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=tree, env={**env, "Q_WORKERS": "2"})
     try:
-        for label in ("cold", "warm", "warm"):
-            before = len(fake.dispatches())
-            delivery_id = f"fan-{uuid.uuid4()}"
-            response, _ = post(client, settings, delivery_id)
-            started = time.perf_counter() - _  # from the moment the POST began
-            assert response.status_code == 202
-            deadline = time.perf_counter() + 60
-            while len(fake.dispatches()) < before + BACKENDS and time.perf_counter() < deadline:
-                time.sleep(0.01)
-            elapsed = time.perf_counter() - started
-            assert len(fake.dispatches()) == before + BACKENDS
-            while Dispatch.objects.filter(delivery__delivery_id=delivery_id, status="pending").exists():
-                time.sleep(0.05)
-            concurrency = os.environ.get("DISPATCH_CONCURRENCY", settings.DISPATCH_CONCURRENCY)
-            print(
-                f"\n[bench] webhook → last of {BACKENDS} dispatches sent ({label} tokens, {broker_kind} broker, "
-                f"{concurrency} threads): {elapsed:.2f} s"
-            )
-            assert elapsed < 3 or label == "cold" and elapsed < 6
+        _wait_until_up(port)
+        time.sleep(3)  # the cluster forks its workers and starts polling
+        assert worker.poll() is None, "qcluster exited"
+        runs = [_fanout_delivery(port, database, fake) for _ in range(1 + FANOUT_WARM)]
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-    calls = len(fake.requests)
-    print(f"[bench] GitHub calls: {calls} for {3 * BACKENDS} dispatches (fake latency {LATENCY * 1000:.0f} ms)")
+        for process in (server, worker):
+            process.terminate()
+        for process in (server, worker):
+            process.wait(timeout=60)
+    cold, warm = runs[0], [run for run in runs[1:] if not run["mints"]] or runs[1:]
+    figures = {"cold": cold["last"]}
+    for key in ("answer", "task", "first", "last_arrival", "last"):
+        figures[f"warm_{key}"] = statistics.median(run[key] for run in warm)
+    figures["warm"] = figures.pop("warm_last")
+    figures["warm_count"] = len([run for run in runs[1:] if not run["mints"]])
+    return figures
 
 
-def start_qcluster(settings, broker_kind: str) -> subprocess.Popen:
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/10") if broker_kind == "redis" else "",
-        "Q_SYNC": "false",
-        "Q_WORKERS": "2",
-        "GITHUB_API_URL": settings.GITHUB_API_URL,
-        "GITHUB_APP_ID": settings.GITHUB_APP_ID,
-        "GITHUB_APP_PRIVATE_KEY": settings.GITHUB_APP_PRIVATE_KEY,
+def _fanout_delivery(port: int, database: str, fake: FakeGitHub) -> dict[str, float]:
+    """POST one signed pull_request delivery; times (ms from the POST) of the answer, the first dispatch's arrival,
+    the last one's arrival and the last one's answer by the fake GitHub."""
+    body = fixture_bytes("pull_request.opened.payload")
+    delivery_id = f"fan-{uuid.uuid4()}"
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "pull_request",
+        "X-GitHub-Delivery": delivery_id,
+        "X-Hub-Signature-256": sign(body, WEBHOOK_SECRET),
+    }
+    seen = len(fake.requests)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    started, started_wall = time.monotonic(), time.time()
+    conn.request("POST", "/github/webhook", body=body, headers=headers)
+    response = conn.getresponse()
+    answered = time.monotonic()
+    assert response.status == 202, response.read()[:300]
+    conn.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        made = fake.requests[seen:]
+        dispatches = [r for r in made if r.method == "POST" and r.path.endswith("/dispatches")]
+        if len(dispatches) >= BACKENDS:
+            break
+        time.sleep(0.005)
+    assert len(dispatches) == BACKENDS, len(dispatches)
+    with psycopg.connect(database) as db:  # every row written before the next delivery
+        while db.execute(
+            "SELECT count(*) FROM ootci_dispatch d JOIN ootci_delivery v ON v.id = d.delivery_id "
+            "WHERE v.delivery_id = %s AND d.status = 'pending'",
+            [delivery_id],
+        ).fetchone()[0]:
+            time.sleep(0.02)
+        # The fan-out task's start, as the worker stamped it (the cluster saves it once the task has run).
+        task_started, wait_until = None, time.monotonic() + 5
+        while task_started is None and time.monotonic() < wait_until:
+            task_started = db.execute(
+                "SELECT extract(epoch FROM started) FROM django_q_task WHERE func = %s AND started >= to_timestamp(%s)",
+                ["relay.tasks.delivery_dispatches_send", started_wall],
+            ).fetchone()
+            time.sleep(0.02)
+    time.sleep(0.2)
+    return {
+        "answer": (answered - started) * 1000,
+        "task": (float(task_started[0]) - started_wall) * 1000 if task_started else float("nan"),
+        "first": (min(r.at for r in dispatches) - started) * 1000,
+        "last_arrival": (max(r.at for r in dispatches) - started) * 1000,
+        "last": (max(r.answered for r in dispatches) - started) * 1000,
+        "mints": sum(r.path.endswith("/access_tokens") for r in made),
+    }
+
+
+def _fanout_line(f: dict[str, float]) -> str:
+    return (
+        f"cold {f['cold']:.0f} ms | warm {f['warm']:.0f} ms (answered {f['warm_answer']:.0f}, task starts "
+        f"{f['warm_task']:.0f}, first dispatch arrives {f['warm_first']:.0f}, last arrives "
+        f"{f['warm_last_arrival']:.0f}; {f['warm_count']:.0f} warm deliveries)"
+    )
+
+
+def _fanout_environment(database: str, fake: FakeGitHub) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "DISPATCH_CONCURRENCY")}
+    return {
+        **keep,
+        "DJANGO_SETTINGS_MODULE": "tests.bench.production_settings",
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_SSL_REDIRECT": "false",
+        "DATABASE_URL": database.replace("postgresql://", "postgres://"),
+        "REDIS_URL": FANOUT_REDIS,
+        "UPSTREAM_REPO": UPSTREAM,
+        "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "GITHUB_API_URL": fake.url,
+        "GITHUB_APP_ID": str(APP_ID),
+        "GITHUB_APP_PRIVATE_KEY": fake.private_pem,
         "LOG_LEVEL": "WARNING",
     }
-    worker = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env)
-    time.sleep(3)  # the cluster forks its workers and starts polling
-    assert worker.poll() is None, "qcluster exited"
-    return worker

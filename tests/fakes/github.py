@@ -11,12 +11,15 @@ re-runs once at a time). Tests program it:
     fake.outage = Reply(502)                                                 # every answer until None
     fake.route("GET", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/check-runs")(handler)   # extend
 
-and read what it was sent from ``fake.requests`` (every request, in order, thread-safe).
+and read what it was sent from ``fake.requests`` (every request, in order, thread-safe). It speaks HTTP/1.1 with
+keep-alive, as GitHub does (``fake.connections_opened`` counts the connections); ``stop()`` ends the open ones too.
 """
 
+import contextlib
 import json
 import re
 import secrets
+import socket
 import threading
 import time
 import zlib
@@ -79,8 +82,9 @@ class Request:
     query: str
     headers: dict[str, str]
     body: bytes
-    at: float
+    at: float  # time.monotonic() when it arrived
     status: int = 0
+    answered: float = 0.0  # time.monotonic() when its answer was written
 
     @property
     def json(self) -> Any:
@@ -99,6 +103,7 @@ class FakeGitHub:
         self.token_ttl = timedelta(hours=1)
         self.uninstalled: set[str] = set()  # repos (lower case) the App is not installed on
         self.requests: list[Request] = []
+        self.connections_opened = 0  # TCP connections accepted: with keep-alive, fewer than requests
         self.tokens: dict[str, tuple[int, datetime]] = {}
         self._routes: list[tuple[str, re.Pattern, Handler]] = []
         self._scripts: dict[tuple[str, str], deque[Reply]] = {}
@@ -289,6 +294,7 @@ class FakeGitHub:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+            self._server.connections_close()
 
     def _answer(self, request: Request) -> Reply:
         if self.outage is not None:
@@ -312,9 +318,34 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     daemon_threads = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def connections_close(self) -> None:
+        """End the kept-alive connections too: a stopped GitHub must be unreachable on them as on new ones."""
+        with self.connections_lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):  # closed already
+                    conn.shutdown(socket.SHUT_RDWR)
+
 
 class _HTTPHandler(BaseHTTPRequestHandler):
+    # HTTP/1.1 with keep-alive, as GitHub: a client that keeps its connections open pays for a connect once.
+    protocol_version = "HTTP/1.1"
     fake: FakeGitHub
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+            self.fake.connections_opened += 1
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        super().finish()
 
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -330,8 +361,6 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         reply = self.fake._answer(request)
         time.sleep(self.fake.latency + reply.delay)
         request.status = reply.status
-        with self.fake._lock:
-            self.fake.requests.append(request)
         raw = isinstance(reply.body, bytes)  # a file (an artifact's zip, a log), not JSON
         payload = reply.body if raw else b"" if reply.body is None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
@@ -339,6 +368,9 @@ class _HTTPHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Type", "application/octet-stream" if raw else "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
+        request.answered = time.monotonic()
+        with self.fake._lock:
+            self.fake.requests.append(request)
         self.end_headers()
         self.wfile.write(payload)
 

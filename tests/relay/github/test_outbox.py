@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -15,6 +16,7 @@ from django.utils import timezone
 from ootci.models import Delivery, Dispatch
 from relay import tasks
 from relay.endpoints.tokens import callback_token_matches
+from relay.github import outbox
 from tests.fakes.github import Reply
 from tests.relay.conftest import UPSTREAM, fixture_json
 
@@ -136,9 +138,10 @@ def test_a_rate_limit_is_waited_out_and_not_counted_as_a_failure(fake_github, po
     settings.DISPATCH_MAX_ATTEMPTS = 1  # one failure would end it: the rate limit must not count as one
     make_backend("org/a")
     fake_github.script("POST", "/repos/org/a/dispatches", Reply.rate_limited(reset_in=1))
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     post_webhook("pull_request", "pull_request.opened.payload")
     assert time.monotonic() - started >= 0.9
+    assert time.process_time() - cpu < 0.5  # the task slept through the wait, it did not spin
     dispatch = Dispatch.objects.get()
     assert (dispatch.status, dispatch.attempts) == ("sent", 2)
     assert "rate limited" in dispatch.last_error
@@ -262,6 +265,69 @@ def test_a_fan_out_is_concurrent(fake_github, post_webhook, make_backend):
     assert set(Dispatch.objects.values_list("status", flat=True)) == {"sent"}
     in_flight = max(sum(1 for b in arrivals if a <= b < a + fake_github.latency) for a in arrivals)
     assert in_flight > 1  # dispatches were waiting for GitHub at the same time
+
+
+def test_a_fan_out_has_every_dispatch_in_flight_at_once_on_one_database_connection(
+    fake_github, post_webhook, make_backend
+):
+    for i in range(100):
+        make_backend(f"org{i}/backend")
+    post_webhook("pull_request", "pull_request.opened.payload", delivery_id="warm-up")  # tokens minted
+    fake_github.latency = 1.0
+    seen, done = [], threading.Event()
+    params = connection.get_connection_params()
+    with psycopg.connect(dbname=params["dbname"], host=params["host"], user=params["user"], autocommit=True) as db:
+
+        def count_connections() -> None:
+            while not done.is_set():
+                query = "SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database()"
+                seen.append(db.execute(query).fetchone()[0])
+                time.sleep(0.05)
+
+        counter = threading.Thread(target=count_connections)
+        counter.start()
+        try:
+            post_webhook("pull_request", "pull_request.opened.payload", delivery_id="wide")
+        finally:
+            done.set()
+            counter.join()
+    arrivals = sorted(r.at for r in fake_github.dispatches() if r.json["client_payload"]["delivery_id"] == "wide")
+    assert len(arrivals) == 100
+    assert arrivals[-1] - arrivals[0] < fake_github.latency  # every one was sent before the first was answered
+    assert max(seen) == 1  # the test's own: the sending threads hold none
+    assert Dispatch.objects.filter(delivery__delivery_id="wide", status="sent").count() == 100
+
+
+def test_dispatches_reuse_their_connection_to_github(fake_github, make_backend):
+    backends = [make_backend(f"org{i}/backend") for i in range(3)]
+    for backend in backends:  # installation tokens minted
+        tasks.dispatch_send(pending_dispatch(backend, delivery_id="d-1").pk)
+    opened = fake_github.connections_opened
+    for backend in backends:
+        tasks.dispatch_send(pending_dispatch(backend, delivery_id="d-2").pk)
+    assert len(fake_github.dispatches()) == 6
+    assert fake_github.connections_opened == opened  # the connection of the first dispatch, kept alive
+
+
+def test_dispatches_not_started_before_the_deadline_are_handed_to_a_new_task(fake_github, make_backend):
+    dispatches = [pending_dispatch(make_backend(f"org{i}/backend")) for i in range(3)]
+    # The task's deadline has passed: nothing is claimed here; the continuation (run inline by the test's queue)
+    # claims and sends each once.
+    ids = [d.pk for d in dispatches]
+    assert outbox.dispatches_send(dispatch_ids=ids, deadline=time.monotonic()) == {"continued": 3}
+    assert sorted(r.path for r in fake_github.dispatches()) == [f"/repos/org{i}/backend/dispatches" for i in range(3)]
+    assert set(Dispatch.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_a_retry_that_would_start_after_the_deadline_is_left_to_the_schedule(fake_github, make_backend, settings):
+    settings.DISPATCH_RETRY_BASE_SECONDS = settings.DISPATCH_RETRY_MAX_SECONDS = 10.0  # a backoff of 5 to 10 s
+    dispatch = pending_dispatch(make_backend("org/a"))
+    fake_github.script("POST", "/repos/org/a/dispatches", Reply(502))
+    assert outbox.dispatch_send(dispatch_id=dispatch.pk, deadline=time.monotonic() + 2) == "pending"
+    dispatch.refresh_from_db()
+    assert (dispatch.status, dispatch.attempts) == ("pending", 1)
+    assert dispatch.retry_at > timezone.now() + timedelta(seconds=4)
+    assert "GitHub 502" in dispatch.last_error
 
 
 def test_a_missing_app_configuration_fails_the_dispatch_with_the_reason(fake_github, make_backend, settings):
