@@ -14,8 +14,9 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
 if "PYTEST_XDIST_WORKER" in os.environ:
     # The workers inherit the environment of the controlling process, which set REDIS_URL above: each worker moves
     # to a database of its own on the same server, so that queues, journals and counters never cross, numbered from
-    # REDIS_URL's (the SQLite lane, beside the PostgreSQL lane in scripts/test.sh, starts at 8).
-    _redis = urlsplit(os.environ["REDIS_URL"])
+    # REDIS_URL's (the SQLite lane, beside the PostgreSQL lane in scripts/test.sh, starts at 8). A subprocess a test
+    # starts (a task worker) inherits both variables and so lands on the same database as its test.
+    _redis = urlsplit(os.environ.setdefault("OOTCI_TEST_REDIS_URL", os.environ["REDIS_URL"]))
     _first = int(_redis.path.strip("/") or 1)
     os.environ["REDIS_URL"] = _redis._replace(path=f"/{(_first + _worker) % 16 or 1}").geturl()
 os.environ.setdefault("GITHUB_WEBHOOK_SECRET", "test-webhook-secret")
