@@ -10,7 +10,7 @@ rows by job.
 Statement triggers keep the column right on every write path (ORM saves, ``update()``, bulk inserts, deletes, raw
 SQL): after a statement that adds or removes attempts, or changes one's job, order or finish time, the attempts of the
 jobs it touched are numbered again by one window function (run with EXECUTE, so each statement is planned for the
-number of rows it touched). Its own UPDATE changes no column the trigger compares, so it stops there. The column is
+number of rows it touched), under a transaction lock per job (``LOCKED_UP_TO``). Its own UPDATE changes no column the trigger compares, so it stops there. The column is
 not a model field: SQLite (``make run``) has neither it nor the triggers and picks latest attempts by sorting, and the
 ClickHouse copy reads the model's fields.
 """
@@ -20,6 +20,13 @@ from django.db import migrations
 JOB = "backend_id, event_type, job_sha, workflow_name, job_name"
 # Every column whose change can move an attempt's job, its place among its job's attempts, or its finish time.
 WATCHED = f"{JOB}, created_at, run_attempt, finished_at"
+
+# Two transactions writing attempts of one job at once would each miss the other's uncommitted attempt: the trigger
+# takes a transaction lock per job it touched (in one order), so the second waits for the first to commit and then
+# numbers with it. A statement touching more jobs than this (a backfill, a bench's bulk insert) takes none.
+LOCKED_UP_TO = 100
+LOCK_CLASS = 30  # pg_advisory_xact_lock's first key: this migration's number, apart from other advisory locks
+
 
 def renumber(jobs: str) -> str:
     """The UPDATE that sets ``newer_finished_at`` of every attempt of the jobs ``jobs`` (a SELECT of JOB's columns)
@@ -54,13 +61,43 @@ TOUCHED = {
 }
 
 
+# One job touched (a callback's write): a plan-cached statement over that job's attempts, by index.
+ONE_JOB = """
+        UPDATE ootci_jobresult j SET newer_finished_at = a.newer FROM (
+            SELECT id, newer_finished_at AS had, MAX(finished_at) OVER (
+                       ORDER BY created_at DESC, run_attempt DESC, id DESC
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newer
+            FROM ootci_jobresult WHERE backend_id = k_backend AND event_type = k_event AND job_sha = k_sha
+                AND workflow_name = k_workflow AND job_name = k_name
+        ) AS a
+        WHERE j.id = a.id AND a.had IS DISTINCT FROM a.newer;"""
+
+
 def function(op: str) -> str:
     statement = renumber(TOUCHED[op]).replace("'", "''")
     return f"""
 CREATE OR REPLACE FUNCTION ootci_jobresult_newer_{op.lower()}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    touched bigint;
+    k_backend bigint;
+    k_event text;
+    k_sha text;
+    k_workflow text;
+    k_name text;
 BEGIN
-    PERFORM 1 FROM ({TOUCHED[op]}) AS touched LIMIT 1;
-    IF FOUND THEN
+    SELECT count(*), min(backend_id), min(event_type), min(job_sha), min(workflow_name), min(job_name)
+        INTO touched, k_backend, k_event, k_sha, k_workflow, k_name
+        FROM (SELECT DISTINCT {JOB} FROM ({TOUCHED[op]}) AS rows_) AS touched;
+    IF touched = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF touched <= {LOCKED_UP_TO} THEN
+        PERFORM pg_advisory_xact_lock({LOCK_CLASS}, k) FROM (
+            SELECT DISTINCT hashtext(concat_ws('|', {JOB})) AS k FROM ({TOUCHED[op]}) AS touched ORDER BY k
+        ) AS keys;
+    END IF;
+    IF touched = 1 THEN{ONE_JOB}
+    ELSE
         EXECUTE '{statement}';
     END IF;
     RETURN NULL;

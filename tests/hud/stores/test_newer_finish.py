@@ -97,3 +97,37 @@ def test_the_kept_column_picks_the_latest_attempts_the_sort_picks(seed):
         for event in ("pull_request", "nightly"):
             since = now - timedelta(days=days)
             assert latest_by_filter(event, since) == latest_by_sort(event, since)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_transactions_adding_attempts_of_one_job_at_once_see_each_other():
+    """The older attempt's transaction is still open when the newer one is added: the trigger's per-job lock makes
+    the second wait for the first to commit, so the older attempt still learns of the newer one's finish."""
+    import threading
+
+    import psycopg
+
+    backend = Backend.objects.create(repo="org/race", level="L2")
+    s = connection.settings_dict
+    dsn = f"host={s['HOST']} port={s['PORT'] or 5432} user={s['USER']} dbname={s['NAME']}"
+    insert = """INSERT INTO ootci_jobresult (backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha,
+        workflow_name, job_name, run_id, run_attempt, check_run_id, status, conclusion, completed_at, failed_tests,
+        artifact_url, run_url, level, one_shot, relay_decided, source, failure_class, verdict, sha_check,
+        auto_retry_note, environment, created_at, updated_at)
+        VALUES (%s, 'd', 'nightly', 'pytorch/pytorch', NULL, 'abc', 'ci', 'test', '1', %s, '', 'completed', 'success',
+        now(), '[]', '', '', 'L2', false, false, 'callback', '', '', '', '', '{}', now() + %s * interval '1 s',
+        now())"""
+    first = psycopg.connect(dsn)
+    first.execute(insert, [backend.pk, 1, 0])  # open, not committed
+    second = psycopg.connect(dsn, autocommit=True)
+    thread = threading.Thread(target=lambda: second.execute(insert, [backend.pk, 2, 1]))
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive()  # waiting for the first transaction's lock on the job
+    first.commit()
+    thread.join(10)
+    first.close()
+    second.close()
+    older = JobResult.objects.get(run_attempt=1, backend=backend)
+    assert newer_kept()[older.pk] is not None
+    assert newer_kept() == newer_by_sort()
