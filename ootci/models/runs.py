@@ -263,7 +263,9 @@ class JobResult(models.Model):
     GENERATED = ("finished_at", "job_sha", "outcome")
     # One job attempt (the unique constraint below, by attname).
     ATTEMPT_FIELDS = ("backend_id", "delivery_id", "workflow_name", "job_name", "run_id", "run_attempt")
-    # The attempts of one job (README "How we count"): its result is its latest attempt, by LATEST_ORDER.
+    # The attempts of one job (README "How we count"): its result is its latest attempt, by LATEST_ORDER. On
+    # PostgreSQL each row also has ``newer_finished_at`` (the latest finish among its job's newer attempts), kept by
+    # triggers on every write (migration ootci 0033) and read by the HUD to pick latest attempts; not a model field.
     JOB_FIELDS = ("backend_id", "event_type", "job_sha", "workflow_name", "job_name")
     LATEST_ORDER = ("-created_at", "-run_attempt", "-id")
 

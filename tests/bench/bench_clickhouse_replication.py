@@ -47,10 +47,12 @@ def test_replication_throughput(settings, tmp_path):
             INSERT INTO ootci_jobresult
                 (backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha, workflow_name,
                  job_name, run_id, run_attempt, check_run_id, status, conclusion, failed_tests, artifact_url,
-                 run_url, level, one_shot, relay_decided, source, started_at, created_at, updated_at)
+                 run_url, level, one_shot, relay_decided, source, failure_class, verdict, sha_check,
+                 auto_retry_note, environment, started_at, created_at, updated_at)
             SELECT backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha, workflow_name,
                    job_name, run_id || '-new', run_attempt, check_run_id, 'in_progress', '', '[]', '', run_url,
-                   level, false, false, 'callback', clock_timestamp(), clock_timestamp(), clock_timestamp()
+                   level, false, false, 'callback', '', '', '', '', '{}', clock_timestamp(), clock_timestamp(),
+                   clock_timestamp()
             FROM ootci_jobresult ORDER BY id LIMIT %s
             """,
             [BURST - updated],

@@ -88,12 +88,13 @@ def seed_jobs() -> None:
                 (backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha, workflow_name, job_name,
                  run_id, run_attempt, check_run_id, status, conclusion, started_at, completed_at, queue_time,
                  execution_time, passed, failed, skipped, failed_tests, artifact_url, run_url, level,
-                 upstream_check_run_id, one_shot, relay_decided, source, failure_class, created_at, updated_at)
+                 upstream_check_run_id, one_shot, relay_decided, source, failure_class, verdict, sha_check,
+                 auto_retry_note, environment, created_at, updated_at)
             SELECT b.id, CASE WHEN r.pr IS NULL THEN r.sha ELSE 'bench-d-' || r.pr END, r.event, 'pytorch/pytorch',
                    r.pr, r.sha, 'ci', 'test-' || s, r.run_no || '-' || b.id, 1, '', 'completed', 'failure',
                    r.fin + s * interval '1 minute' - interval '30 minutes', r.fin + s * interval '1 minute',
                    10, 1800, 1100, 10, 20, '[]', '', 'https://github.com/' || b.repo || '/actions/runs/' || r.run_no,
-                   b.level, NULL, r.pr IS NULL, false, 'callback', 'test',
+                   b.level, NULL, r.pr IS NULL, false, 'callback', 'test', '', '', '', '{{}}',
                    r.fin + s * interval '1 minute' - interval '30 minutes', r.fin + s * interval '1 minute'
             FROM ootci_backend b CROSS JOIN ({runs}) AS r CROSS JOIN generate_series(0, {SHARDS - 1}) AS s""")
         db.execute(f"""

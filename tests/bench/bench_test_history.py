@@ -83,10 +83,12 @@ PG_JOBS = """
 INSERT INTO ootci_jobresult
     (backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha, workflow_name, job_name, run_id,
      run_attempt, check_run_id, status, conclusion, started_at, completed_at, failed_tests, artifact_url, run_url,
-     level, one_shot, relay_decided, source, failure_class, created_at, updated_at)
+     level, one_shot, relay_decided, source, failure_class, verdict, sha_check, auto_retry_note, environment,
+     created_at, updated_at)
 SELECT (%(ids)s::bigint[])[1 + r %% 12], md5(r::text), CASE WHEN {pr} THEN 'pull_request' ELSE 'nightly' END,
        'pytorch/pytorch', CASE WHEN {pr} THEN 100000 + r / 12 END, md5((r / 12)::text), 'ci', 'test', r::text, 1, '',
        'completed', 'failure', at - interval '1 hour', at, '[]'::jsonb, '', '', 'L2', false, false, 'callback', '',
+       '', '', '', '{{}}'::jsonb,
        at - interval '1 hour', at
 FROM (SELECT r, %(now)s - make_interval(secs => (%(reports)s - r) * %(step)s) AS at
       FROM generate_series(0, %(reports)s - 1) AS r) AS reports

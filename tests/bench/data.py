@@ -81,7 +81,8 @@ INSERT INTO ootci_jobresult
     (backend_id, delivery_id, event_type, upstream_repo, pr_number, head_sha, workflow_name, job_name,
      run_id, run_attempt, check_run_id, status, conclusion, started_at, completed_at, queue_time,
      execution_time, passed, failed, skipped, failed_tests, artifact_url, run_url, level,
-     upstream_check_run_id, one_shot, relay_decided, source, failure_class, created_at, updated_at)
+     upstream_check_run_id, one_shot, relay_decided, source, failure_class, verdict, sha_check, auto_retry_note,
+     environment, created_at, updated_at)
 SELECT backend_id, CASE WHEN event_type IN ('nightly', 'periodic') THEN head_sha ELSE md5('d' || head_sha) END,
        event_type, 'pytorch/pytorch', pr_number, head_sha, 'ci', job_name,
        g::text, attempt, (g * 10 + attempt)::text, status, conclusion, started_at, completed_at,
@@ -93,7 +94,7 @@ SELECT backend_id, CASE WHEN event_type IN ('nightly', 'periodic') THEN head_sha
        CASE WHEN conclusion = 'failure' THEN jsonb_build_array('test_ops.py::test_' || (g %% 97)) ELSE '[]'::jsonb END,
        '', 'https://github.com/' || repo_path || '/actions/runs/' || g, level,
        CASE WHEN level IN ('L3', 'L4') AND pr_number IS NOT NULL THEN 9000000000 + g END,
-       event_type IN ('nightly', 'periodic'), conclusion = 'timed_out', 'callback', '',
+       event_type IN ('nightly', 'periodic'), conclusion = 'timed_out', 'callback', '', '', '', '', '{}'::jsonb,
        created_at, coalesce(completed_at, started_at, created_at)
 FROM (
     SELECT g, event_type, pr_number, backend_id, level, repo_path, job_name, attempt, status,

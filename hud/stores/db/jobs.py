@@ -77,12 +77,12 @@ def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: 
     LATEST_COLUMNS).
 
     ``windows`` maps names to (event, since); their parameters are ``w_event`` and ``w_since`` (:func:`window_params`).
-    Each window sorts its rows by job (``JobResult.JOB_FIELDS``), newest report first (``LATEST_ORDER``), and keeps
-    each job's first row (DISTINCT ON; SQLite, which lacks it, numbers the rows). That sort is most of the cost, so
-    only the columns the window's figures read ride through it. A sort per window is cheaper than one shared by the
-    longest window: a shorter window's latest attempts are not among the longer one's (a re-run can finish before its
-    first attempt), so sharing takes a running MAX over every row and column of the longest window, all of which then
-    has to be materialized.
+    On PostgreSQL an attempt is its job's latest in the window when it finished in the window and every newer attempt
+    of its job (``JobResult.JOB_FIELDS``, ``LATEST_ORDER``) finished before it: ``newer_finished_at``, the latest
+    finish among the newer attempts, which the database keeps on every write (migration ootci 0030), so the window is
+    a filter, not a sort (at 1,000,000 job results the 30-day sort took seconds). A shorter window's latest attempts
+    are not among the longer one's (a re-run can finish before its first attempt): the condition is per window.
+    SQLite, which has no such column, numbers each window's rows by job, newest report first, and keeps the first.
     """
     job = ", ".join(d.bytewise(f"j.{f}") if f in TEXT_FIELDS else f"j.{f}" for f in JobResult.JOB_FIELDS)
     ctes = []
@@ -93,8 +93,9 @@ def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: 
         if backend:
             where += " AND j.backend_id = %(backend_id)s"
         if d.pg:
-            select = f"SELECT DISTINCT ON ({job}) {row} FROM ootci_jobresult j WHERE {where}"
-            select += f" ORDER BY {job}, {latest_order('j.')}"
+            # The database keeps each attempt's newer_finished_at (migration ootci 0030): no sort needed.
+            newest = f"(j.newer_finished_at IS NULL OR j.newer_finished_at < %({w}_since)s)"
+            select = f"SELECT {row} FROM ootci_jobresult j WHERE {where} AND {newest}"
         else:
             names = ", ".join(["backend_id", "finished_at", "outcome", *picked])
             ranking = f"ROW_NUMBER() OVER (PARTITION BY {job} ORDER BY {latest_order('j.')}) AS rn"
