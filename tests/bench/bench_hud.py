@@ -46,7 +46,7 @@ ROWS = int(os.environ.get("BENCH_ROWS", 200_000))
 TARGET_MS = 300
 # Pages whose figures still take more than the target to compute on a shared 2-CPU machine (at load 2.5: the
 # overview 450-500 ms, the 30-day one 600 ms; at 1,000,000 job results 1.9-2.6 s): latest attempts are a filter now
-# (migration ootci 0030), but the aggregates over them (percentiles, per-PR run spans of the readiness windows) still
+# (migration ootci 0033), but the aggregates over them (percentiles, per-PR run spans of the readiness windows) still
 # read every latest attempt of the windows. The scheduled refresh computes them every minute, so their requests are
 # served from the cache (served is asserted for them too).
 OVER_TARGET_COLD = {"/oot/", "/oot/?days=30", "/api/oot/"}

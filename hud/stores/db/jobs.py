@@ -79,7 +79,7 @@ def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: 
     ``windows`` maps names to (event, since); their parameters are ``w_event`` and ``w_since`` (:func:`window_params`).
     On PostgreSQL an attempt is its job's latest in the window when it finished in the window and every newer attempt
     of its job (``JobResult.JOB_FIELDS``, ``LATEST_ORDER``) finished before it: ``newer_finished_at``, the latest
-    finish among the newer attempts, which the database keeps on every write (migration ootci 0030), so the window is
+    finish among the newer attempts, which the database keeps on every write (migration ootci 0033), so the window is
     a filter, not a sort (at 1,000,000 job results the 30-day sort took seconds). A shorter window's latest attempts
     are not among the longer one's (a re-run can finish before its first attempt): the condition is per window.
     SQLite, which has no such column, numbers each window's rows by job, newest report first, and keeps the first.
@@ -93,7 +93,7 @@ def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: 
         if backend:
             where += " AND j.backend_id = %(backend_id)s"
         if d.pg:
-            # The database keeps each attempt's newer_finished_at (migration ootci 0030): no sort needed.
+            # The database keeps each attempt's newer_finished_at (migration ootci 0033): no sort needed.
             newest = f"(j.newer_finished_at IS NULL OR j.newer_finished_at < %({w}_since)s)"
             select = f"SELECT {row} FROM ootci_jobresult j WHERE {where} AND {newest}"
         else:

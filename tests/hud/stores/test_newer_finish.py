@@ -1,4 +1,4 @@
-"""The latest attempts the database store picks by ``newer_finished_at`` (kept by triggers, migration ootci 0030) are
+"""The latest attempts the database store picks by ``newer_finished_at`` (kept by triggers, migration ootci 0033) are
 the ones the sort picks (DISTINCT ON, newest attempt of each job finished in the window), on random histories written
 by every path: single and bulk inserts, updates of finish time, job and order, and deletes. The same attempts, so the
 same figures (and tests/hud/stores/test_clickhouse_parity.py holds them equal to ClickHouse's, which sorts)."""
