@@ -267,6 +267,7 @@ def test_a_fan_out_is_concurrent(fake_github, post_webhook, make_backend):
     assert in_flight > 1  # dispatches were waiting for GitHub at the same time
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="counts PostgreSQL's connections (the PostgreSQL lane)")
 def test_a_fan_out_has_every_dispatch_in_flight_at_once_on_one_database_connection(
     fake_github, post_webhook, make_backend
 ):
@@ -276,11 +277,12 @@ def test_a_fan_out_has_every_dispatch_in_flight_at_once_on_one_database_connecti
     fake_github.latency = 1.0
     seen, done = [], threading.Event()
     params = connection.get_connection_params()
+    query = "SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database()"
     with psycopg.connect(dbname=params["dbname"], host=params["host"], user=params["user"], autocommit=True) as db:
+        before = db.execute(query).fetchone()[0]  # the test's own, and any an earlier test of this worker left open
 
         def count_connections() -> None:
             while not done.is_set():
-                query = "SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database()"
                 seen.append(db.execute(query).fetchone()[0])
                 time.sleep(0.05)
 
@@ -294,7 +296,7 @@ def test_a_fan_out_has_every_dispatch_in_flight_at_once_on_one_database_connecti
     arrivals = sorted(r.at for r in fake_github.dispatches() if r.json["client_payload"]["delivery_id"] == "wide")
     assert len(arrivals) == 100
     assert arrivals[-1] - arrivals[0] < fake_github.latency  # every one was sent before the first was answered
-    assert max(seen) == 1  # the test's own: the sending threads hold none
+    assert max(seen) <= before  # the sending threads hold none
     assert Dispatch.objects.filter(delivery__delivery_id="wide", status="sent").count() == 100
 
 
