@@ -233,12 +233,19 @@ def json_or_text(text: str) -> Any:
         return text[:500]
 
 
-def calling(repo: str, what: str, call: Any) -> Any:
-    """Run a PyGithub ``call``; its exceptions become ours (``GitHubError``/``RateLimited``)."""
+# Answers after which the repo's installation id and token are looked up again: a revoked token, or the App
+# reinstalled. A run's listing answers 404 for a run that is not there (``RUN_MISSING``): not a token's fault.
+TOKEN_SUSPECT = (401, 404)
+RUN_MISSING = (401,)
+
+
+def calling(repo: str, what: str, call: Any, *, forget_on: tuple[int, ...] = TOKEN_SUSPECT) -> Any:
+    """Run a PyGithub ``call``; its exceptions become ours (``GitHubError``/``RateLimited``). An answer in
+    ``forget_on`` drops the repo's cached installation and token."""
     try:
         return call()
     except GithubException as e:
-        if e.status in (401, 404):
+        if e.status in forget_on:
             tokens_forget(repo=repo)
         raise error_from(e.status, e.headers or {}, e.data, what) from e
     except requests.RequestException as e:

@@ -15,6 +15,8 @@ import requests
 from django.conf import settings
 
 from relay.github.app import (
+    RUN_MISSING,
+    TOKEN_SUSPECT,
     GitHubError,
     calling,
     error_from,
@@ -116,7 +118,7 @@ def check_suite_check_runs(*, repo: str, check_suite_id: int) -> list[dict[str, 
     ]
 
 
-def _listing(*, repo: str, path: str, key: str) -> list[Any]:
+def _listing(*, repo: str, path: str, key: str, forget_on: tuple[int, ...] = TOKEN_SUSPECT) -> list[Any]:
     """Every item under ``key`` of a paged GET listing: pages of 100 until a short page or ``total_count``."""
     client = installation_client(repo=repo)
     items: list[Any] = []
@@ -124,7 +126,10 @@ def _listing(*, repo: str, path: str, key: str) -> list[Any]:
     while True:
         query = {"per_page": 100, "page": page}
         data = calling(
-            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+            repo,
+            f"GET {path}",
+            lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1],
+            forget_on=forget_on,
         )
         batch = data.get(key) or []
         items.extend(batch)
@@ -246,7 +251,7 @@ def run_artifacts(*, repo: str, run_id: int) -> list[dict[str, Any]]:
             "size_in_bytes": int(item.get("size_in_bytes") or 0),
             "expired": bool(item.get("expired")),
         }
-        for item in _listing(repo=repo, path=path, key="artifacts")
+        for item in _listing(repo=repo, path=path, key="artifacts", forget_on=RUN_MISSING)
         if isinstance(item, dict) and str(item.get("id", "")).isdigit()
     ]
 
@@ -299,7 +304,10 @@ def workflow_run_attempt_jobs(*, repo: str, run_id: str, attempt: int) -> list[d
     while True:
         query = {"per_page": 100, "page": page}
         data = calling(
-            repo, f"GET {path}", lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1]
+            repo,
+            f"GET {path}",
+            lambda q=query: client.requester.requestJsonAndCheck("GET", path, parameters=q)[1],
+            forget_on=RUN_MISSING,  # a run (or attempt) that is not there
         )
         batch = data.get("jobs") or []
         jobs += [
@@ -343,7 +351,7 @@ def job_log_open(*, repo: str, job_id: int) -> requests.Response:
     except requests.RequestException as e:
         raise GitHubError(f"GitHub unreachable fetching the log of job {job_id} of {repo}: {e}", retryable=True) from e
     if answer.status_code != 200:
-        if answer.status_code in (401, 404):
+        if answer.status_code in RUN_MISSING:  # a 404: no such job, or its log expired
             tokens_forget(repo=repo)
         data = json_or_text(answer.text[:2000])
         answer.close()

@@ -19,14 +19,15 @@ GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 
 def job_completed_follow_up(*, job_id: int) -> str:
     """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
-    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (a GitHub
-    Actions run with an artifact for it), a failed job's log is classified (both queued: they call GitHub), and the
-    alert rules it bears on are evaluated here."""
+    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (queued, when a
+    GitHub Actions run has an artifact for it), a failed job's log is classified, and the alert rules it bears on are
+    evaluated, both here: the rules then see the log's verdict, once."""
     job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None:
         return "missing"
     job_reports_pull_wanted(job)
-    logs.job_log_after_report(job=job)
+    if logs.job_log_wanted(job):
+        job_log_classified(job)
     if job.event_type == BISECT_EVENT:  # a bisection step that ended without a report to come is inconclusive
         transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_ended", job.pk), robust=True)
     return incidents.job_alerts_evaluate(job_id=job_id, job=job)
@@ -46,3 +47,19 @@ def job_reports_pull_wanted(job: JobResult) -> None:
     # Not kept in django-q2's results when it succeeds (save=False): at one per completed job, pruning that table
     # (a locking read of up to Q_CLUSTER["save_limit"] rows per task) cost more than the pull's own statements.
     transaction.on_commit(lambda: async_task("relay.tasks.job_reports_pull", job.pk, save=False), robust=True)
+
+
+def job_log_classified(job: JobResult) -> None:
+    """Classify a failed job's log in this task rather than in one of its own: a task costs the worker about as
+    much CPU as the classification (its package signed and pickled, queued, taken, a connection checked), and this
+    one always followed. The callback was answered before, so its answer still never waits for GitHub. When it fails
+    the task is queued to try again, and the alert rules are evaluated meanwhile (the task's verdict brings a PR's
+    along)."""
+    try:
+        logs.job_log_classify(job_id=job.pk, job=job, alerts_queued=False)
+        return
+    except github.GitHubError as e:  # GitHub unreachable, or a 5xx: worth another try
+        logger.info("job %s: log not classified (%s): the task tries again", job.pk, e)
+    except Exception:
+        logger.exception("job %s: log not classified: the task tries again", job.pk)
+    transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)

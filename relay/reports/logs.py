@@ -74,9 +74,14 @@ def parsed_report_class(job: JobResult) -> str:
     return ""
 
 
-def job_log_classify(*, job_id: int) -> str:
-    """Fetch (GitHub Actions) or find (uploaded) the job's log, classify it and store the verdict."""
-    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+def job_log_classify(*, job_id: int, job: JobResult | None = None, alerts_queued: bool = True) -> str:
+    """Fetch (GitHub Actions) or find (uploaded) the job's log, classify it and store the verdict.
+
+    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again;
+    its verdict fields are brought up to date. ``alerts_queued``: a PR job's alert rules are queued after the verdict
+    (False: the caller evaluates them next)."""
+    if job is None or job.pk != job_id:
+        job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None or not job_log_wanted(job):
         return "not a failed job of an L2+ backend"
     previous = JobFailure.objects.filter(job=job).first()
@@ -91,7 +96,7 @@ def job_log_classify(*, job_id: int) -> str:
                 raise  # the task is retried by django-q2; nothing was stored
             found.problem = str(e)[:500]
     classification = _classified(found, job.backend_id) if found.log_key else None
-    _verdict_store(job, found, classification)
+    _verdict_store(job, found, classification, alerts_queued=alerts_queued)
     return f"{job.failure_class} ({found.source})"
 
 
@@ -175,7 +180,9 @@ def _failed_step(found: JobFailure) -> StepWindow | None:
     return None
 
 
-def _verdict_store(job: JobResult, found: JobFailure, classification: Classification | None) -> None:
+def _verdict_store(
+    job: JobResult, found: JobFailure, classification: Classification | None, *, alerts_queued: bool
+) -> None:
     match = classification.match if classification else None
     step_class = FailureClass.INFRA if found.failed_step and INFRA_STEPS.match(found.failed_step) else ""
     verdict = failure_verdict(
@@ -208,7 +215,7 @@ def _verdict_store(job: JobResult, found: JobFailure, classification: Classifica
     job.failure_class = verdict.failure_class
     job.refresh_from_db(fields=["failure_class", "outcome", "verdict", "auto_retry_at", "auto_retry_note"])
     found_verdict = baseline.job_verdict(job)
-    if job.event_type == "pull_request":  # the PR comment groups its failures by verdict: bring it along
+    if alerts_queued and job.event_type == "pull_request":  # the PR comment groups its failures by verdict
         transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk, save=False), robust=True)
     if found_verdict and baseline.infra_retry_due(job, found_verdict):  # relay.reports.verdicts.job_infra_retry
         transaction.on_commit(lambda: async_task("relay.tasks.job_infra_retry", job.pk), robust=True)

@@ -11,7 +11,8 @@ workers close each connection after its answer, as behind a proxy), posting real
 (minted before the clock starts) and callback token: first every job's in_progress, then every job's completed
 (failure: its log classified, its run's artifacts looked for, its alert rules evaluated). Each backend runs one
 workflow run of ``BENCH_JOBS`` shards. CPU per callback is gunicorn's, PostgreSQL's and Redis's during the phase;
-for completed callbacks the worker's too, until it has done everything they queued.
+for completed callbacks the worker's too, until it has done everything they queued. PostgreSQL's counts its backends
+that end during the phase (``_DatabaseBackends``).
 
 Goals (issue #30; the reference relay measured on this machine: completed 115/s and 9.7 ms of CPU, in_progress
 104/s and 9.6 ms): callbacks/s >= 2.5x the reference's, p99 < 50 ms, CPU <= 0.6x the reference's. Asserted with a
@@ -174,12 +175,14 @@ def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub
         calls_before = len(github.requests)
         for phase, name in ((0, "in_progress"), (1, "completed")):
             before = _cpu_seconds(server.pid, worker.pid, database)
+            backends = _DatabaseBackends(database.rsplit("/", 1)[1])
             started = time.perf_counter()
             latencies, failures = _load(port, [[job[phase]] for job in jobs])
             elapsed = time.perf_counter() - started
             if phase == 1:
                 _drained(worker.pid)  # everything the completed callbacks queued is done
             used = {k: after - before[k] for k, after in _cpu_seconds(server.pid, worker.pid, database).items()}
+            used["postgres"] = backends.used()
             assert not failures, failures[:5]
             total = len(latencies)
             figures[f"{name}_rate"] = total / elapsed
@@ -310,6 +313,41 @@ def _cpu_seconds(server_pid: int, worker_pid: int, database: str) -> dict[str, f
         "redis": sum(_process_cpu(pid) for pid in redis_pids),
         "machine": sum(machine) - machine[3] - machine[4],  # all but idle and iowait
     }
+
+
+class _DatabaseBackends:
+    """The CPU of a database's PostgreSQL backends from now on, those that end meanwhile included: an ended backend's
+    CPU is in no process's count we can read (its parent is the postmaster of every database), and backends end
+    within a phase (a recycled qcluster worker's connection, one older than CONN_MAX_AGE). They are read every
+    SAMPLE seconds and each one's last reading counts: a backend that ends loses at most its last SAMPLE seconds."""
+
+    SAMPLE = 0.25
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = self._read()
+        self.last = dict(self.start)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> dict[int, float]:
+        found = (pid for pid in _pids() if self.name in _read(f"/proc/{pid}/cmdline").replace("\0", " "))
+        return {pid: _process_cpu(pid) for pid in found}
+
+    def _keep(self, readings: dict[int, float]) -> None:
+        for pid, cpu in readings.items():
+            self.last[pid] = max(cpu, self.last.get(pid, 0.0))  # an ended process reads 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.SAMPLE):
+            self._keep(self._read())
+
+    def used(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._keep(self._read())
+        return sum(cpu - self.start.get(pid, 0.0) for pid, cpu in self.last.items())
 
 
 def _tree(pid: int) -> list[int]:

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ootci.models import CallbackRejection, JobResult
+from ootci.models import CallbackRejection, JobFailure, JobResult
 from relay.endpoints.tokens import callback_token_issue
 from tests.fakes.oidc import HEAD, NIGHTLY_SHA, reporter_body
 
@@ -338,7 +338,7 @@ def test_a_nightly_self_report_names_a_commit(downstream):
     assert "tested upstream commit SHA" in response.json()["detail"]
 
 
-def test_a_completing_callback_queues_one_task_and_the_worker_fans_out(downstream, monkeypatch):
+def test_a_completing_callback_queues_one_task_and_the_worker_classifies_in_it(downstream, monkeypatch):
     from django_q.brokers import get_broker
     from django_q.conf import Conf
     from django_q.signing import SignedPackage
@@ -367,11 +367,11 @@ def test_a_completing_callback_queues_one_task_and_the_worker_fans_out(downstrea
     job = JobResult.objects.get()
     assert queued() == [("relay.tasks.job_completed", (job.pk,))]  # the request's only task
 
+    assert not JobFailure.objects.exists()  # the answer did not wait for the log
+
     assert tasks.job_completed(job.pk) == "nothing"  # the worker: alert rules evaluated (none trips), and queued:
-    assert sorted(queued()) == [
-        ("relay.tasks.job_log_classify", (job.pk,)),
-        ("relay.tasks.job_reports_pull", (job.pk,)),
-    ]
+    assert queued() == [("relay.tasks.job_reports_pull", (job.pk,))]
+    assert JobFailure.objects.get(job=job).problem  # the log classified in the same task (here: no GitHub App)
 
 
 # --- queue time per workflow run (issue 26) --------------------------------------------------------

@@ -102,6 +102,18 @@ def test_an_unknown_job_name_is_recorded_as_the_reason(downstream, failing_run, 
     assert (failure.failure_class, failure.source) == ("test", "callback")
 
 
+def test_a_run_github_does_not_know_is_recorded_and_keeps_the_token(downstream, fake_github):
+    ci = downstream()  # no failing_run: the jobs of the run are a 404, as for a run of another host's CI
+
+    completed_failure(ci)
+    completed_failure(ci, job_name="test-npu-float16")
+
+    failures = list(JobFailure.objects.order_by("pk"))
+    assert len(failures) == 2 and all("404" in f.problem for f in failures)
+    # A listing's 404 says the run is not there, not that the token is stale: one token for both jobs.
+    assert len(fake_github.requests_to("POST", r"/app/installations/\d+/access_tokens")) == 1
+
+
 def test_a_successful_job_is_not_fetched(downstream, failing_run, fake_github):
     ci = downstream()
     failing_run(ci.repo)
