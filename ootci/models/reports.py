@@ -97,8 +97,11 @@ class TestCase(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job", "status"], name="testcase_job_status"),
-            # Covering: a test's history (hud.stores.db.failing, hud.stores.db.history) is read from the index alone.
-            models.Index(fields=["test_id"], include=["job", "status", "report", "id"], name="testcase_test_history"),
+            # Covering: a test's history (hud.stores.db.failing, hud.stores.db.history) is read from the index alone
+            # (reruns too: without it the failing tests' history, which reads it, fetched every case from the table).
+            models.Index(
+                fields=["test_id"], include=["job", "status", "report", "id", "reruns"], name="testcase_test_history_r"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -15,7 +15,8 @@ PostgreSQL's TestCase by INSERT … SELECT over generate_series, and the cases o
 warm-up, through the Django test client (server time: views, queries, template), figure cache off. On ClickHouse
 twice: requests in a row (a request's engine stays open for the next, `clickhouse.CHDB_LINGER`), and the first
 request after a pause, which starts the engine on the data directory first ("opening ClickHouse" alone). Target:
-under 300 ms. Printed, not asserted.
+under 300 ms. Asserted for the PR page on PostgreSQL, cold (its classification computed in the request), with a
+margin for the shared machine: under 300 / 0.8 = 375 ms; the rest printed.
 """
 
 import os
@@ -37,6 +38,7 @@ NIGHTLIES, PRS, SHARDS, PER_JOB = 67, 100, 4, 1250  # 12 × 167 runs × 4 shards
 PG_JOBS = 800  # the newest jobs' cases in PostgreSQL: 1,000,000
 FIRST_PR = 500_000
 TARGET_MS = 300
+MARGIN = 0.8  # timings on a shared 2-CPU machine vary by about a fifth
 
 # One status rule for both stores (PostgreSQL and ClickHouse read this SQL alike), over k (the test), h (a hash of
 # job and test, 0..999), backend_id and pr_number.
@@ -100,9 +102,9 @@ def seed_jobs() -> None:
         db.execute(f"""
             INSERT INTO ootci_testreport (job_id, source, artifact_id, artifact_name, digest, size, content_type,
                 content_encoding, store_key, state, reason, cases, passed, failed, errors, skipped, xfailed,
-                xpassed, reruns, duration, received_at, parsed_at)
+                xpassed, reruns, duration, received_at, parsed_at, replaced)
             SELECT id, 'upload', NULL, '', md5(id::text), 1000, '', '', '', 'parsed', '', {PER_JOB}, 1100, 10, 0,
-                   20, 0, 0, 5, 125, completed_at, completed_at
+                   20, 0, 0, 5, 125, completed_at, completed_at, false
             FROM ootci_jobresult""")
 
 
@@ -175,10 +177,11 @@ def parts() -> int:
         return clickhouse.select(sql)[0]["n"]
 
 
-def measure(client, settings, pages: dict[str, str], url: str, label: str) -> None:
+def measure(client, settings, pages: dict[str, str], url: str, label: str) -> dict[str, float]:
     """Each page's median server time on ClickHouse (``url``) and on PostgreSQL. On ClickHouse twice: as requests
     follow each other (the engine kept open between them, ``clickhouse.CHDB_LINGER``) and as the first request after
-    a pause (the engine started again)."""
+    a pause (the engine started again). Returns each page's PostgreSQL time."""
+    on_database = {}
     print(f"{label}\n{'request':<26} {'ClickHouse':>11} {'(first after a pause)':>22} {'PostgreSQL':>11}")
     print(f"{'(opening ClickHouse)':<26} {'':>11} {median_ms(engine_open, RUNS):20.1f}ms {'':>11}")
     for name, path in pages.items():
@@ -192,7 +195,9 @@ def measure(client, settings, pages: dict[str, str], url: str, label: str) -> No
         settings.CLICKHOUSE_URL = url
         timings.insert(1, median_ms(lambda path=path: (clickhouse.release(), client.get(path)), RUNS))
         print(f"{name:<26} {timings[0]:9.1f}ms {timings[1]:20.1f}ms {timings[2]:9.1f}ms")
+        on_database[name] = timings[2]
     clickhouse.release()
+    return on_database
 
 
 def engine_open() -> None:
@@ -229,7 +234,7 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
     with clickhouse.session():
         clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
     print(f"OPTIMIZE FINAL in {time.perf_counter() - began:.1f} s")
-    measure(client, settings, pages, url, f"ClickHouse merged: {parts()} part")
+    on_database = measure(client, settings, pages, url, f"ClickHouse merged: {parts()} part")
     settings.HUD_CACHE_SECONDS = 180
     for store_url, label in ((url, "ClickHouse"), ("", "PostgreSQL")):
         settings.CLICKHOUSE_URL = store_url
@@ -252,3 +257,4 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
         )
     print(f"target: under {TARGET_MS} ms server time per request")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    assert on_database["PR page (12 backends)"] < TARGET_MS / MARGIN
