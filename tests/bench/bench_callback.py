@@ -37,18 +37,16 @@ import psycopg
 import pytest
 import redis
 
+from tests.bench.trees import BASELINE, ROOT, interleaved, medians, trees_on_databases
 from tests.fakes.github import FakeGitHub, app_key_generate
 from tests.fakes.oidc import AUDIENCE, FakeOidcIssuer, reporter_body
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVER = "postgresql://postgres@127.0.0.1:5432"
 REDIS = "redis://127.0.0.1:6379/12"
 REPOS = int(os.environ.get("BENCH_REPOS", 10))
 JOBS_PER_REPO = int(os.environ.get("BENCH_JOBS", 50))  # shards of one workflow run per backend; 2 callbacks each
 WORKERS = int(os.environ.get("BENCH_WORKERS", 3))
 THREADS = int(os.environ.get("BENCH_THREADS", 1))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", 8))
-BASELINE = os.environ.get("BENCH_BASELINE", "")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5 if BASELINE else 1))
 APP_ID = 4242
 QUIET = ["--log-level", "warning"]
@@ -93,38 +91,22 @@ def github():
 
 @pytest.fixture
 def trees():
-    """(label, checkout, database) of each tree measured: the baseline's first when there is one."""
-    found = ([("before", Path(BASELINE))] if BASELINE else []) + [("after" if BASELINE else "this", ROOT)]
-    made = [(label, tree, f"{SERVER}/ootci_bench_callbacks_{n}") for n, (label, tree) in enumerate(found)]
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
-        for _, _, database in made:
-            name = database.rsplit("/", 1)[1]
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {name}")
-    yield made
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
-        for _, _, database in made:
-            conn.execute(f"DROP DATABASE IF EXISTS {database.rsplit('/', 1)[1]} WITH (FORCE)")
+    with trees_on_databases("callbacks") as made:
+        yield made
 
 
 def test_callback_throughput_latency_and_cpu(issuer, github, trees):
     for _, tree, database in trees:
         _manage(tree, _environment(database, issuer, github), "migrate", "--no-input", "-v", "0")
-    results: dict[str, list[dict]] = {label: [] for label, _, _ in trees}
-    for n in range(ROUNDS):
-        for label, tree, database in trees:
-            figures = _round(tree, database, issuer, github)
-            results[label].append(figures)
-            print(f"\n[round {n + 1}, {label}] " + _line(figures))
+    results = interleaved(trees, ROUNDS, lambda tree, database: _round(tree, database, issuer, github), _line)
     print(
         f"\ncallbacks: {REPOS} backends x {JOBS_PER_REPO} shards of one run, in_progress then completed, {CLIENTS} "
         f"client connections, gunicorn {' '.join(_worker_args())} + qcluster, fake GitHub at 100 ms, "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {ROUNDS}"
     )
     for label, rounds in results.items():
-        print(f"{label}: " + _line({key: statistics.median(r[key] for r in rounds) for key in rounds[0]}))
-    final = results[trees[-1][0]]
-    median = {key: statistics.median(r[key] for r in final) for key in final[0]}
+        print(f"{label}: " + _line(medians(rounds)))
+    median = medians(results[trees[-1][0]])
     for phase, (rate, cpu) in REFERENCE.items():
         print(f"goal {phase}: >= {2.5 * rate:.0f}/s, p99 < 50 ms, CPU <= {0.6 * cpu:.2f} ms (margin {MARGIN})")
     for phase, (rate, cpu) in REFERENCE.items():

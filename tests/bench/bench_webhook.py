@@ -33,10 +33,10 @@ from django_q.conf import Conf
 from ootci.models import Backend
 from relay.github import client as github
 from tests.bench.bench_callback import _free_port, _manage, _wait_until_up
+from tests.bench.trees import ROOT, interleaved, medians, trees_on_databases
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
 
-ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = 100
 LATENCY = 0.1
 WEBHOOK_SECRET = "bench-webhook-secret"
@@ -116,12 +116,9 @@ def test_webhook_to_last_dispatch(fanout_github, fanout_trees):
         env = _fanout_environment(database, fanout_github)
         _manage(tree, env, "migrate", "--no-input", "-v", "0")
         _manage(tree, env, "shell", "-v", "0", "-c", SEED_BACKENDS.format(count=BACKENDS))
-    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in fanout_trees}
-    for n in range(FANOUT_ROUNDS):
-        for label, tree, database in fanout_trees:
-            figures = _fanout_round(tree, database, fanout_github)
-            results[label].append(figures)
-            print(f"\n[round {n + 1}, {label}] " + _fanout_line(figures))
+    results = interleaved(
+        fanout_trees, FANOUT_ROUNDS, lambda tree, database: _fanout_round(tree, database, fanout_github), _fanout_line
+    )
     print(
         f"\nwebhook → last of {BACKENDS} dispatches answered: gunicorn -w 3 + qcluster (Q_WORKERS=2), PostgreSQL, "
         f"Redis, fake GitHub at {LATENCY * 1000:.0f} ms per request (HTTP/1.1); {os.cpu_count()} cores, load average "
@@ -129,9 +126,9 @@ def test_webhook_to_last_dispatch(fanout_github, fanout_trees):
         f"that minted no token"
     )
     for label, rounds in results.items():
-        print(f"{label}: " + _fanout_line({key: statistics.median(r[key] for r in rounds) for key in rounds[0]}))
+        print(f"{label}: " + _fanout_line(medians(rounds)))
     final = results[fanout_trees[-1][0]]
-    warm, cold = (statistics.median(r[key] for r in final) for key in ("warm", "cold"))
+    warm, cold = (medians(final)[key] for key in ("warm", "cold"))
     print(f"goal: warm < {FANOUT_GOAL_MS} ms (asserted < {FANOUT_GOAL_MS / MARGIN:.0f} ms, margin {MARGIN})")
     assert warm < FANOUT_GOAL_MS / MARGIN, final
     assert cold < 3 * FANOUT_GOAL_MS / MARGIN, final  # three GitHub calls per backend: lookup, mint, dispatch
@@ -139,9 +136,7 @@ def test_webhook_to_last_dispatch(fanout_github, fanout_trees):
 
 # --- item 2: the production shape --------------------------------------------------------------------------------
 
-SERVER = "postgresql://postgres@127.0.0.1:5432"
 FANOUT_REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13")
-BASELINE = os.environ.get("BENCH_BASELINE", "")
 FANOUT_ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
 FANOUT_WARM = int(os.environ.get("BENCH_WARM", 5))  # warm deliveries per round, after the cold one
 FANOUT_GOAL_MS = 500  # issue #30: 100 dispatches at 100 ms each, webhook to the last one, warm tokens
@@ -163,22 +158,8 @@ def fanout_github(app_key):
 
 @pytest.fixture
 def fanout_trees():
-    """(label, checkout, database) of each tree measured, the baseline's first; each on a database of its own."""
-    found = ([("before", Path(BASELINE))] if BASELINE else []) + [("after" if BASELINE else "this", ROOT)]
-    prefix = os.environ.get("DATABASE_URL", "/ootci").rsplit("/", 1)[1]
-    made = [(label, tree, f"{SERVER}/{prefix}_bench_fanout_{n}") for n, (label, tree) in enumerate(found)]
-    _databases_drop(made, create=True)
-    yield made
-    _databases_drop(made, create=False)
-
-
-def _databases_drop(trees: list[tuple[str, Path, str]], *, create: bool) -> None:
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
-        for _, _, database in trees:
-            name = database.rsplit("/", 1)[1]
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            if create:
-                conn.execute(f"CREATE DATABASE {name}")
+    with trees_on_databases("fanout") as made:
+        yield made
 
 
 def _fanout_round(tree: Path, database: str, fake: FakeGitHub) -> dict[str, float]:
