@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 # GitHub's limit on a repository_dispatch client_payload is 64 KB; stay a little under it.
 CLIENT_PAYLOAD_LIMIT = 64_000
 # Free-text fields of webhook payloads (PR body, commit messages, descriptions) that may be cut to fit.
-
 FREE_TEXT_KEYS = frozenset({"body", "message", "description"})
 
 TRIM_MARK = "… [trimmed by OOT CI]"
