@@ -114,7 +114,7 @@ def baseline_evaluate(job: JobResult) -> str:
         status=JobResult.Status.COMPLETED,
     )
     need = max(int(rule.threshold), rule.resolve_after)
-    recent = sorted(baseline.latest_attempts(runs), key=lambda j: (j.finished_at, j.pk), reverse=True)
+    recent = recent_latest_attempts(runs, need)
     outcomes = [j.outcome for j in recent if j.outcome in COUNTED][:need]
     fingerprint = f"{rule.kind}:{backend.pk}:{job.workflow_name}/{job.job_name}"
     n = int(rule.threshold)
@@ -127,6 +127,23 @@ def baseline_evaluate(job: JobResult) -> str:
         details = {"jobs": [job_entry(j) for j in recent[:n]]}
         return incident_fire(rule, backend=backend, fingerprint=fingerprint, what=what, details=details)
     return incident_green(fingerprint, resolve_after=rule.resolve_after)
+
+
+def recent_latest_attempts(runs, need: int) -> list[JobResult]:
+    """The latest attempts among ``runs`` (one job's baseline runs), newest finish first, as far back as their first
+    ``need`` counted outcomes: read from a window of the newest rows, widened until no older row could change the
+    answer, never the job's whole history. A SHA outside the window finished none of its attempts after the window's
+    oldest row, so an answer whose ``need``-th counted outcome finished after that row is the whole history's."""
+    need = max(need, 1)
+    size = 4 * need + 8
+    while True:
+        window = list(runs.order_by("-finished_at", "-pk").values_list("job_sha", "finished_at")[:size])
+        found = baseline.latest_attempts(runs.filter(job_sha__in={sha for sha, _ in window}))
+        recent = sorted(found, key=lambda j: (j.finished_at, j.pk), reverse=True)
+        counted = [j for j in recent if j.outcome in COUNTED]
+        if len(window) < size or (len(counted) >= need and counted[need - 1].finished_at > window[-1][1]):
+            return recent
+        size *= 4
 
 
 def relay_evaluate(*, now: datetime) -> str:
