@@ -23,7 +23,6 @@ import http.client
 import json
 import os
 import queue
-import secrets
 import socket
 import statistics
 import subprocess
@@ -37,8 +36,16 @@ import psycopg
 import pytest
 import redis
 
-from tests.bench.trees import BASELINE, ROOT, interleaved, medians, trees_on_databases
-from tests.fakes.github import FakeGitHub, app_key_generate
+from tests.bench.trees import (
+    BASELINE,
+    ROOT,
+    fake_github_app,
+    interleaved,
+    medians,
+    production_environment,
+    trees_on_databases,
+)
+from tests.fakes.github import FakeGitHub
 from tests.fakes.oidc import AUDIENCE, FakeOidcIssuer, reporter_body
 
 REDIS = "redis://127.0.0.1:6379/12"
@@ -48,7 +55,6 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", 3))
 THREADS = int(os.environ.get("BENCH_THREADS", 1))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", 8))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5 if BASELINE else 1))
-APP_ID = 4242
 QUIET = ["--log-level", "warning"]
 TICKS = os.sysconf("SC_CLK_TCK")
 # The reference relay on this machine (issue #30): callbacks/s and CPU ms per callback.
@@ -81,12 +87,8 @@ def issuer():
 
 @pytest.fixture
 def github():
-    key = app_key_generate()
-    fake = FakeGitHub(app_id=APP_ID, public_pem=key.public_pem).start()
-    fake.latency = 0.1
-    fake.private_pem = key.private_pem
-    yield fake
-    fake.stop()
+    with fake_github_app(0.1) as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -368,25 +370,13 @@ def _read(path: str) -> str:
 
 
 def _environment(database: str, issuer: FakeOidcIssuer, github: FakeGitHub) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     return {
-        **keep,
-        "DJANGO_SETTINGS_MODULE": "tests.bench.production_settings",
-        "DJANGO_DEBUG": "false",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "DJANGO_SECURE_SSL_REDIRECT": "false",
-        "DATABASE_URL": database.replace("postgresql://", "postgres://"),
-        "REDIS_URL": REDIS,
+        **production_environment(database, REDIS, github, log_level="ERROR"),
         "OIDC_ISSUER": issuer.issuer,
         "OIDC_JWKS_URL": issuer.jwks_url,
         "OIDC_AUDIENCE": AUDIENCE,
         "CALLBACK_RATE_LIMIT_PER_MIN": "1000000",  # counted in Redis on every call, never reached
-        "GITHUB_API_URL": github.url,
-        "GITHUB_APP_ID": str(APP_ID),
-        "GITHUB_APP_PRIVATE_KEY": github.private_pem,
         "TEST_REPORTS_URL": (ROOT / "var" / "bench-callback-reports").as_uri(),
-        "LOG_LEVEL": "ERROR",
     }
 
 

@@ -16,7 +16,6 @@ Run: .venv/bin/pytest -s tests/bench/bench_webhook.py   (prints figures; BENCH_B
 
 import http.client
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from django_q.conf import Conf
 from ootci.models import Backend
 from relay.github import client as github
 from tests.bench.bench_callback import _free_port, _manage, _wait_until_up
-from tests.bench.trees import ROOT, interleaved, medians, trees_on_databases
+from tests.bench.trees import ROOT, fake_github_app, interleaved, medians, production_environment, trees_on_databases
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
 
@@ -148,12 +147,9 @@ Backend.objects.bulk_create([Backend(repo=f"org{{i}}/backend") for i in range({c
 
 
 @pytest.fixture
-def fanout_github(app_key):
-    fake = FakeGitHub(app_id=APP_ID, public_pem=app_key.public_pem).start()
-    fake.latency = LATENCY
-    fake.private_pem = app_key.private_pem
-    yield fake
-    fake.stop()
+def fanout_github():
+    with fake_github_app(LATENCY) as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -255,20 +251,8 @@ def _fanout_line(f: dict[str, float]) -> str:
 
 
 def _fanout_environment(database: str, fake: FakeGitHub) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "DISPATCH_CONCURRENCY")}
     return {
-        **keep,
-        "DJANGO_SETTINGS_MODULE": "tests.bench.production_settings",
-        "DJANGO_DEBUG": "false",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "DJANGO_SECURE_SSL_REDIRECT": "false",
-        "DATABASE_URL": database.replace("postgresql://", "postgres://"),
-        "REDIS_URL": FANOUT_REDIS,
+        **production_environment(database, FANOUT_REDIS, fake, log_level="WARNING", kept=("DISPATCH_CONCURRENCY",)),
         "UPSTREAM_REPO": UPSTREAM,
         "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "GITHUB_API_URL": fake.url,
-        "GITHUB_APP_ID": str(APP_ID),
-        "GITHUB_APP_PRIVATE_KEY": fake.private_pem,
-        "LOG_LEVEL": "WARNING",
     }

@@ -2,6 +2,7 @@
 (before, after, before, …) so that both meet the same load, each tree on a PostgreSQL database of its own."""
 
 import os
+import secrets
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,10 +10,13 @@ from pathlib import Path
 
 import psycopg
 
+from tests.fakes.github import FakeGitHub, app_key_generate
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "postgresql://postgres@127.0.0.1:5432"
 BASELINE = os.environ.get("BENCH_BASELINE", "")
 
+APP_ID = 4242  # the fake GitHub's App, which every tree's processes are
 Tree = tuple[str, Path, str]  # label, checkout, database URL
 
 
@@ -44,6 +48,41 @@ def interleaved(
 
 def medians(rounds: list[dict]) -> dict:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+@contextmanager
+def fake_github_app(latency: float) -> Iterator[FakeGitHub]:
+    """A fake GitHub answering in ``latency`` seconds, on which the trees' processes are the App (APP_ID)."""
+    key = app_key_generate()
+    fake = FakeGitHub(app_id=APP_ID, public_pem=key.public_pem).start()
+    fake.latency = latency
+    fake.private_pem = key.private_pem
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def production_environment(
+    database: str, redis_url: str, github: FakeGitHub, *, log_level: str, kept: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The environment of a tree's processes (gunicorn, qcluster, manage.py) as the README's production sets it, on
+    ``database`` and ``redis_url``, the App on the fake ``github``; ``kept``: variables of ours passed on."""
+    passed = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", *kept)}
+    return {
+        **passed,
+        "DJANGO_SETTINGS_MODULE": "tests.bench.production_settings",
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_SSL_REDIRECT": "false",
+        "DATABASE_URL": database.replace("postgresql://", "postgres://"),
+        "REDIS_URL": redis_url,
+        "GITHUB_API_URL": github.url,
+        "GITHUB_APP_ID": str(APP_ID),
+        "GITHUB_APP_PRIVATE_KEY": github.private_pem,
+        "LOG_LEVEL": log_level,
+    }
 
 
 def _databases(trees: list[Tree], *, create: bool) -> None:
