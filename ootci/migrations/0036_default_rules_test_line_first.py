@@ -3,8 +3,8 @@
 assertion, collective timeout or JIT compiler error printed while the test ran — the choice the labellers given the
 issue's rule made; and rules from how more tools print (compute-sanitizer, pytest-timeout, codespell and typos, urllib,
 Node's connection errors, gh, xcrun, dyld, ninja's own errors, HSA and CANN device errors, a registry's ``/v2/`` request
-failing under ``docker pull``, check_accuracy.py's verdicts, xdoctest, Gaudi's and ROCm's missing devices). Same update as 0015: each default rule created or brought to the file's regex, class
-and priority; the admin's own rules left alone."""
+failing under ``docker pull``, check_accuracy.py's verdicts, xdoctest, Gaudi's and ROCm's missing devices). Same update
+as 0015: each default rule created or brought to the file's regex, class and priority; the admin's own rules left alone."""
 
 from importlib import import_module
 
