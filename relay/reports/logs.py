@@ -16,7 +16,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -40,6 +40,14 @@ FAILED_CONCLUSIONS = frozenset({"failure", "cancelled", "timed_out"})
 INFRA_STEPS = re.compile(r"^(set up job|set up runner|initialize containers|.*\bcheckout\b.*|complete runner)$", re.I)
 LINE_KEPT = 2000  # characters of the matched line stored
 LOG_PREFIX = "logs"
+# A re-classification replaces every field of the job's row (``_verdict_store``).
+REPLACED = [f.name for f in JobFailure._meta.concrete_fields if f.name not in ("id", "job")]
+# The classified job's new class, and what the database derives from it (``outcome``) or others may have set since
+# it was read: one statement, where update() and refresh_from_db() were two (tests/bench/bench_callback.py).
+JOB_CLASSIFIED = (
+    "UPDATE ootci_jobresult SET failure_class = %s, updated_at = %s WHERE id = %s"
+    " RETURNING outcome, verdict, auto_retry_at, auto_retry_note, upstream_check_run_id"
+)
 
 
 def job_log_wanted(job: JobResult) -> bool:
@@ -78,13 +86,14 @@ def job_log_classify(*, job_id: int, job: JobResult | None = None, alerts_queued
     """Fetch (GitHub Actions) or find (uploaded) the job's log, classify it and store the verdict.
 
     ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again;
-    its verdict fields are brought up to date. ``alerts_queued``: a PR job's alert rules are queued after the verdict
+    its verdict fields are brought up to date (its ``failure`` too: read with it when the caller selected it).
+    ``alerts_queued``: a PR job's alert rules are queued after the verdict
     (False: the caller evaluates them next)."""
     if job is None or job.pk != job_id:
-        job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+        job = JobResult.objects.select_related("backend", "failure").filter(pk=job_id).first()
     if job is None or not job_log_wanted(job):
         return "not a failed job of an L2+ backend"
-    previous = JobFailure.objects.filter(job=job).first()
+    previous = getattr(job, "failure", None)  # read with the job (select_related), else now
     found = JobFailure(job=job)
     if previous:  # an uploaded log, or one fetched before: classified again as it is
         found.log_key, found.log_sha256, found.log_bytes = previous.log_key, previous.log_sha256, previous.log_bytes
@@ -202,18 +211,23 @@ def _verdict_store(
         found.step_number, found.step_line = match.step_number, match.step_line
     found.classified_at = timezone.now()
     with transaction.atomic():
-        JobFailure.objects.filter(job=job).delete()
+        # One row per job, replaced whole: an upsert, one statement rather than a delete and an insert.
         found.pk = None
-        found.save()
-        # update() skips auto_now: updated_at is set so that replication copies the new outcome.
-        JobResult.objects.filter(pk=job.pk).update(failure_class=verdict.failure_class, updated_at=timezone.now())
+        JobFailure.objects.bulk_create([found], update_conflicts=True, unique_fields=["job"], update_fields=REPLACED)
+        # updated_at is set so that replication copies the new outcome; what the job is now comes back with it.
+        with connection.cursor() as cursor:
+            cursor.execute(JOB_CLASSIFIED, [verdict.failure_class, timezone.now(), job.pk])
+            row = cursor.fetchone()
+        if row is None:
+            raise JobResult.DoesNotExist(f"job {job.pk} was deleted")
+        job.failure_class = verdict.failure_class
+        job.outcome, job.verdict, job.auto_retry_at, job.auto_retry_note, job.upstream_check_run_id = row
         job_results_changed()
-        if found.line and JobResult.objects.filter(pk=job.pk, upstream_check_run_id__isnull=False).exists():
+        if found.line and job.upstream_check_run_id is not None:
             # Its L3/L4 check run shows the failure line (and may wait for this verdict): sync it again (by name:
             # check_runs does not import us).
             transaction.on_commit(lambda: async_task("relay.tasks.check_run_sync", job.pk, save=False), robust=True)
-    job.failure_class = verdict.failure_class
-    job.refresh_from_db(fields=["failure_class", "outcome", "verdict", "auto_retry_at", "auto_retry_note"])
+    job.failure = found
     found_verdict = baseline.job_verdict(job)
     if alerts_queued and job.event_type == "pull_request":  # the PR comment groups its failures by verdict
         transaction.on_commit(lambda: async_task("relay.tasks.job_alerts", job.pk, save=False), robust=True)
