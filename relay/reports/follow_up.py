@@ -21,8 +21,8 @@ def job_completed_follow_up(*, job_id: int) -> str:
     """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
     one per kind of work (each costs the request about a millisecond). Its test reports are pulled (queued, when a
     GitHub Actions run has an artifact for it), a failed job's log is classified, and the alert rules it bears on are
-    evaluated, both here: the rules then see the log's verdict, once."""
-    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+    evaluated, both here: the rules then see the log's verdict, once. Its classification, if any, is read with it."""
+    job = JobResult.objects.select_related("backend", "failure").filter(pk=job_id).first()
     if job is None:
         return "missing"
     job_reports_pull_wanted(job)
