@@ -11,7 +11,7 @@ generated ``outcome`` (the HUD's infra/test split) reads it. Non-GitHub CI uploa
 import hashlib
 import logging
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -216,12 +216,16 @@ def _verdict_store(
         JobFailure.objects.bulk_create([found], update_conflicts=True, unique_fields=["job"], update_fields=REPLACED)
         # updated_at is set so that replication copies the new outcome; what the job is now comes back with it.
         with connection.cursor() as cursor:
-            cursor.execute(JOB_CLASSIFIED, [verdict.failure_class, timezone.now(), job.pk])
+            now = connection.ops.adapt_datetimefield_value(timezone.now())  # SQLite keeps naive UTC text
+            cursor.execute(JOB_CLASSIFIED, [verdict.failure_class, now, job.pk])
             row = cursor.fetchone()
         if row is None:
             raise JobResult.DoesNotExist(f"job {job.pk} was deleted")
         job.failure_class = verdict.failure_class
-        job.outcome, job.verdict, job.auto_retry_at, job.auto_retry_note, job.upstream_check_run_id = row
+        job.outcome, job.verdict, retry_at, job.auto_retry_note, job.upstream_check_run_id = row
+        if retry_at is not None and timezone.is_naive(retry_at):  # SQLite's, read without the ORM's converters
+            retry_at = timezone.make_aware(retry_at, UTC)
+        job.auto_retry_at = retry_at
         job_results_changed()
         if found.line and job.upstream_check_run_id is not None:
             # Its L3/L4 check run shows the failure line (and may wait for this verdict): sync it again (by name:
