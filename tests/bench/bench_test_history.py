@@ -95,9 +95,10 @@ FROM (SELECT r, %(now)s - make_interval(secs => (%(reports)s - r) * %(step)s) AS
 """
 PG_REPORTS = """
 INSERT INTO ootci_testreport (job_id, source, digest, size, content_type, content_encoding, store_key, state, reason,
-    cases, passed, failed, errors, skipped, xfailed, xpassed, reruns, duration, received_at, parsed_at, artifact_name)
+    cases, passed, failed, errors, skipped, xfailed, xpassed, reruns, duration, received_at, parsed_at, artifact_name,
+    replaced)
 SELECT id, 'upload', md5(id::text), 1, '', '', 'bench/' || id, 'parsed', '', %(tests)s, 0, 0, 0, 0, 0, 0, 0, 0,
-       completed_at, completed_at, ''
+       completed_at, completed_at, '', false
 FROM ootci_jobresult
 """
 PG_CASES_SQL = """
