@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.apps import apps
+from django.urls import reverse
 
 from hud.stores.base import as_datetime
 from hud.stores.db.history import DatabaseStore
@@ -93,6 +94,25 @@ def test_a_re_parse_that_finds_the_bytes_gone_leaves_the_reports_cases_out(store
     assert pull.report_parse(report_id=report.pk) == TestReport.State.FAILED
 
     assert days_rolled_up() == days_from_cases() == set()
+
+
+def test_jobs_deleted_in_the_admin_take_their_cases_out(store, npu, admin_client):
+    day = datetime(2026, 3, 10, 9, tzinfo=UTC)
+    gone, kept, alone = (job(npu, name=name) for name in ("gone", "kept", "alone"))
+    report_with(gone, {ADD: "failed"}, at=day)
+    report_with(kept, {ADD: "passed"}, at=day + timedelta(hours=1))
+    report_with(alone, {MUL: "failed"}, at=day)
+
+    response = admin_client.post(reverse("admin:ootci_jobresult_delete", args=[gone.pk]), {"post": "yes"})
+    assert response.status_code == 302
+    changelist = reverse("admin:ootci_jobresult_changelist")
+    response = admin_client.post(
+        changelist, {"action": "delete_selected", "_selected_action": [alone.pk], "post": "yes"}
+    )
+    assert response.status_code == 302
+
+    assert days_rolled_up() == days_from_cases()
+    assert {(r[0], r[2], r[3]) for r in days_rolled_up()} == {("test_ops.py::TestOps::test_add", 1, 0)}
 
 
 def test_the_migration_fills_the_roll_up_from_the_cases_of_the_parsed_reports(store, npu):
