@@ -11,10 +11,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from ootci import gates, governance, levels
+from ootci import case_days, gates, governance, levels
 from ootci.admin.base import ReadOnlyInline, RecordAdmin
 from ootci.admin.identities import BuildkitePipelineInline, IdentityChangeInline, pipelines_saved
-from ootci.models import Backend, BuildkitePipeline, DeferredTask, Event, JobResult, LevelChange
+from ootci.models import Backend, BuildkitePipeline, DeferredTask, Event, JobResult, LevelChange, TestReport
 
 admin.site.site_header = "OOT CI administration"
 admin.site.site_title = "OOT CI"
@@ -289,6 +289,17 @@ class JobResultAdmin(admin.ModelAdmin):
     list_select_related = ["backend"]
     raw_id_fields = ["dispatch"]
     date_hierarchy = "created_at"
+
+    def delete_model(self, request, obj) -> None:
+        self.delete_queryset(request, JobResult.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset) -> None:
+        """The jobs' parsed cases leave the test search's roll-up with them (``ootci.case_days``)."""
+        with transaction.atomic():
+            parsed = TestReport.objects.filter(job__in=queryset, state=TestReport.State.PARSED)
+            counted = case_days.case_days_keys(list(parsed.values_list("pk", flat=True)))
+            super().delete_queryset(request, queryset)
+            case_days.case_days_recount(counted)
 
 
 @admin.register(DeferredTask)

@@ -106,3 +106,25 @@ class TestCase(models.Model):
 
     def __str__(self) -> str:
         return f"{self.test_id} {self.status}"
+
+
+class TestDay(models.Model):
+    """One test's results on one day (UTC) of report arrival, over every backend: what the test search reads instead
+    of every case (``hud.stores.db.history``). Kept by ``ootci.case_days`` in the transaction that parses a report or
+    takes a parsed one back for a re-parse, so it always equals the cases of the parsed reports of that day."""
+
+    __test__ = False
+
+    test_id = models.CharField(max_length=1000)
+    day = models.DateField()
+    runs = models.PositiveIntegerField(default=0, help_text="Counted results: passes and failures")
+    failures = models.PositiveIntegerField(default=0)
+    last_run = models.DateTimeField(help_text="The latest arrival of a report with the test, any status")
+    last_failure = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["test_id", "day"], name="testday_unique_test_day")]
+        indexes = [models.Index(fields=["day"], name="testday_day")]
+
+    def __str__(self) -> str:
+        return f"{self.test_id} on {self.day}"

@@ -9,30 +9,38 @@ after another, 12 consecutive reports sharing an upstream SHA (7 in 10 a PR head
 message, 2.5 % are skipped. ClickHouse gets CH_CASES cases (CH_CASES / TESTS reports) generated inside it by
 ``INSERT … SELECT FROM numbers()`` and merged (``OPTIMIZE … FINAL``, as after a backfill); PostgreSQL gets PG_CASES
 (with their TestReport and JobResult rows) by ``INSERT … SELECT FROM generate_series``, its trigram index (migration
-ootci 0009) kept up as rows arrive.
+ootci 0010) kept up as rows arrive, then the search's daily roll-up filled by the migration that fills it (ootci 0038).
 
 Prints for each store the median of RUNS runs after a warm-up of ``hud.figures.queries`` (the figures: ClickHouse inside
 one open session) and of the whole request through the test client (template rendering included; on chdb a request
 finds the engine the one before it kept open, ``clickhouse.CHDB_LINGER``, except "first after a pause", which starts
-it again). Target: under 300 ms (printed, not asserted: the machine is shared).
+it again). Target: under 300 ms (printed, not asserted: the machine is shared). Then the PostgreSQL search before the
+roll-up (the cases, tests/hud/history/cases_search.py) and after it, interleaved: a before and an after call in turn.
 """
 
+import importlib
 import os
+import statistics
 import time
 from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
+from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
+from hud.history import assembly
 from hud.history import queries as history_queries
 from hud.stores import fallback
+from hud.stores.base import since
 from hud.stores.clickhouse import case_table, copy_cases
 from hud.stores.clickhouse import connection as clickhouse
-from ootci.models import Backend, JobResult, TestReport
+from hud.stores.db.history import DatabaseStore
+from ootci.models import Backend, JobResult, TestDay, TestReport
 from tests.bench.data import BACKENDS, median_ms
+from tests.hud.history import cases_search
 
 CH_CASES = int(os.environ.get("BENCH_CH_CASES", 10_000_000))
 PG_CASES = int(os.environ.get("BENCH_PG_CASES", 1_000_000))
@@ -95,9 +103,10 @@ FROM (SELECT r, %(now)s - make_interval(secs => (%(reports)s - r) * %(step)s) AS
 """
 PG_REPORTS = """
 INSERT INTO ootci_testreport (job_id, source, digest, size, content_type, content_encoding, store_key, state, reason,
-    cases, passed, failed, errors, skipped, xfailed, xpassed, reruns, duration, received_at, parsed_at, artifact_name)
+    cases, passed, failed, errors, skipped, xfailed, xpassed, reruns, duration, received_at, parsed_at, artifact_name,
+    replaced)
 SELECT id, 'upload', md5(id::text), 1, '', '', 'bench/' || id, 'parsed', '', %(tests)s, 0, 0, 0, 0, 0, 0, 0, 0,
-       completed_at, completed_at, ''
+       completed_at, completed_at, '', false
 FROM ootci_jobresult
 """
 PG_CASES_SQL = """
@@ -150,6 +159,37 @@ def seed_postgresql(backends: list[Backend], now) -> None:
     took = time.perf_counter() - began
     print(f"PostgreSQL: {JobResult.objects.count():,} jobs, {TestReport.objects.count():,} reports, ", end="")
     print(f"{PG_CASES:,} cases in {took:.1f} s (trigram index included)")
+    began = time.perf_counter()
+    importlib.import_module("ootci.migrations.0038_testday_fill").fill(apps, None)
+    with connection.cursor() as db:
+        db.execute("ANALYZE ootci_testday")
+    print(f"PostgreSQL: {TestDay.objects.count():,} roll-up rows filled in {time.perf_counter() - began:.1f} s")
+
+
+class CasesSearch:
+    """The search as it read every case before the roll-up (the "before" of ``before_and_after``)."""
+
+    def search_rows(self, **kwargs) -> list[dict]:
+        return cases_search.search_rows(**kwargs)
+
+
+def before_and_after() -> dict[str, tuple[float, float]]:
+    """Median ms of the PostgreSQL search's figures over the cases and over the roll-up, one call of each in turn."""
+    figures = {}
+    for name, text in SEARCHES.items():
+        for page in (1, 40) if text == "float32" else (1,):
+            stores = (CasesSearch(), DatabaseStore())
+            ask = {"text": text, "days": 7, "page": page}
+            found = [assembly.search(store, since=since(7), **ask) for store in stores]  # warm-up, and the same answer
+            assert found[0] == found[1], name
+            timings = ([], [])
+            for _ in range(RUNS):
+                for store, timed in zip(stores, timings, strict=True):
+                    start = time.perf_counter()
+                    assembly.search(store, since=since(7), **ask)
+                    timed.append((time.perf_counter() - start) * 1000)
+            figures[f"{name}, page {page}"] = (statistics.median(timings[0]), statistics.median(timings[1]))
+    return figures
 
 
 def timed_calls(client) -> dict:
@@ -207,4 +247,10 @@ def test_test_history_on_clickhouse_and_postgresql(client, settings, tmp_path):
         ch, pg = figures["ClickHouse", name], figures["PostgreSQL", name]
         marks = "" if max(ch, pg) <= TARGET_MS else f"  over {TARGET_MS} ms"
         print(f"{name:<44} {ch:14.1f}ms {pg:14.1f}ms{marks}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+    settings.CLICKHOUSE_URL = ""
+    print(f"\nPostgreSQL search figures, before (the cases) and after (the roll-up), interleaved, median of {RUNS}:")
+    for name, (before, after) in before_and_after().items():
+        print(f"{name:<44} {before:14.1f}ms {after:14.1f}ms")
     print(f"load average after: {os.getloadavg()[0]:.1f}")

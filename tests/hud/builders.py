@@ -72,8 +72,8 @@ def report_with(job: JobResult, cases: dict[str, str | tuple], *, at=None) -> Te
     body = f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{"".join(rows)}</testsuite></testsuites>'
     received = pull.spooled(io.BytesIO(body.encode()), limit=10**8)
     report, _ = pull.report_store(job=job, received=received, source="upload")
+    TestReport.objects.filter(pk=report.pk).update(received_at=at or timezone.now())  # the parse reads its arrival
     assert pull.report_parse(report_id=report.pk) == "parsed", report.reason
-    TestReport.objects.filter(pk=report.pk).update(received_at=at or timezone.now())
     report.refresh_from_db()
     return report
 

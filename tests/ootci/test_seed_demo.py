@@ -4,6 +4,7 @@ from django.core.management import call_command
 from django.db.models import Count
 
 from ootci.models import Backend, Delivery, Dispatch, JobResult, LedgerFile, LedgerRun, LevelChange, PullRequest
+from tests.hud.history.cases_search import days_from_cases, days_rolled_up
 
 
 def counts() -> dict:
@@ -18,6 +19,7 @@ def test_seed_demo_is_idempotent(db):
     first = counts()
     call_command("seed_demo", stdout=io.StringIO())
     assert counts() == first
+    assert days_rolled_up() == days_from_cases() != set()  # the test search's roll-up, as each parse keeps it
 
 
 def test_seed_demo_covers_what_the_pages_show(db):

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from ootci import ledger, levels
+from ootci import case_days, ledger, levels
 from ootci.demo import AUTHORS, BACKENDS, DAYS, OPS, PR_COUNT, REPORTS, TESTS, TITLES, TRACEBACK, sha
 from ootci.models import (
     Backend,
@@ -54,7 +54,10 @@ class Command(BaseCommand):
         )
 
     def clear(self) -> None:
+        reports = TestReport.objects.filter(job__delivery_id__startswith="demo-", state=TestReport.State.PARSED)
+        counted = case_days.case_days_keys(list(reports.values_list("pk", flat=True)))
         JobResult.objects.filter(delivery_id__startswith="demo-").delete()
+        case_days.case_days_recount(counted)  # the test search's roll-up, without the demo's cases
         Delivery.objects.filter(delivery_id__startswith="demo-").delete()
         PullRequest.objects.filter(title__startswith="[demo]").delete()
         CallbackRejection.objects.filter(detail__startswith="[demo]").delete()
@@ -338,6 +341,8 @@ class Command(BaseCommand):
             ],
             batch_size=2000,
         )
+        for report in reports:  # the test search's roll-up, as each report's parse adds to it
+            case_days.case_days_add(report)
 
     def rejections(self) -> None:
         details = [
