@@ -1,8 +1,9 @@
 """The labelled corpus of job logs (``failure_logs/``): each log says, in its ``# `` header lines, the line a person
 reading it points at as the cause (``# cause:``) and its class (``# class:``), decided by reading, never by running
-the classifier. ``tuned/`` is the part the rules were written against. ``held_out_18/`` was written apart from the
-rules by someone who never saw them, its labels unseen until the rules were frozen, and measured once (README). Seventeen
-earlier held-out sets were measured the same way and then tuned on: ``tuned/ho_*``, ``tuned/h2_*`` … ``tuned/h17_*``.
+the classifier. ``tuned/`` is the part the rules were written against. ``held_out_18/`` (the eighteenth and nineteenth
+sets, ``h18_*`` and ``h19_*``) was written apart from the rules by two writers who never saw them, its labels unseen
+until the rules were frozen, and measured once (README). Seventeen earlier held-out sets were measured the same way and
+then tuned on: ``tuned/ho_*``, ``tuned/h2_*`` … ``tuned/h17_*``.
 
 Agreement, as the goal counts it: the chosen line is the labelled one, or the labelled text stands within 3 lines of
 it (the same failure printed on two adjacent lines); the text, that is, without the indentation a labeller does not
