@@ -93,8 +93,13 @@ def latest_sql(d: Dialect, windows: Windows, *, backend: bool = False, columns: 
         if backend:
             where += " AND j.backend_id = %(backend_id)s"
         if d.pg:
-            # The database keeps each attempt's newer_finished_at (migration ootci 0033): no sort needed.
-            newest = f"(j.newer_finished_at IS NULL OR j.newer_finished_at < %({w}_since)s)"
+            # The database keeps each attempt's newer_finished_at (migration ootci 0033): no sort needed. The second
+            # condition follows from the first two; stated, it lets the planner read the covering index of the
+            # attempts that can be latest (0039) alone.
+            newest = (
+                f"(j.newer_finished_at IS NULL OR j.newer_finished_at < %({w}_since)s)"
+                " AND (j.newer_finished_at IS NULL OR j.newer_finished_at < j.finished_at)"
+            )
             select = f"SELECT {row} FROM ootci_jobresult j WHERE {where} AND {newest}"
         else:
             names = ", ".join(["backend_id", "finished_at", "outcome", *picked])
