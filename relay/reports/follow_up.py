@@ -22,8 +22,9 @@ def job_completed_follow_up(*, job_id: int) -> str:
     one per kind of work (each costs the request about a millisecond). Its test reports are pulled (queued, when a
     GitHub Actions run has an artifact for it), a failed job's log is classified, and the alert rules it bears on are
     evaluated, both here: the rules then see the log's verdict, once. Its classification, if any, is read with it."""
-    job = JobResult.objects.select_related("backend", "failure").filter(pk=job_id).first()
-    if job is None:
+    try:  # get(), not first(): no ordering to compile (the model's, two expressions: a quarter of this task's CPU)
+        job = JobResult.objects.select_related("backend", "failure").get(pk=job_id)
+    except JobResult.DoesNotExist:
         return "missing"
     job_reports_pull_wanted(job)
     if logs.job_log_wanted(job):
