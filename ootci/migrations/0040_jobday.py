@@ -1,7 +1,8 @@
 """The HUD's daily roll-up of latest attempts (PostgreSQL only): ``ootci_jobday`` counts, per backend, event, UTC day
-of ``finished_at`` and UTC day of ``newer_finished_at`` (0033; none for a job's newest attempt), the attempts that
-count (success, test, infra: ``ok`` successes of ``total``), kept by the database on every write, so the daily pass
-rates (the overview's sparklines, the metrics page) add up a few hundred rows instead of reading every latest attempt.
+of ``finished_at`` and UTC day of ``newer_finished_at`` (0033; none for a job's newest attempt), the finished attempts
+(``seen``) and those that count (success, test, infra: ``ok`` successes of ``total``), kept by the database on every
+write, so the daily pass rates (the overview's sparklines, the metrics page) add up a few hundred rows instead of
+reading every latest attempt.
 
 A daily figure's window starts at a UTC midnight ``D``, and an attempt is its job's latest in it when it finished on or
 after ``D`` and ``newer_finished_at`` is empty or before ``D`` (``hud.stores.db.jobs.latest_sql``): by days, ``day >=
@@ -23,9 +24,10 @@ KEY = "backend_id, event_type, day, newer_day"
 ROWS = """
     SELECT backend_id, event_type, CAST((finished_at AT TIME ZONE 'UTC') AS date) AS day,
            CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) AS newer_day,
-           {sign} * CASE WHEN outcome = 'success' THEN 1 ELSE 0 END AS ok, {sign} AS total
+           {sign} * CASE WHEN outcome = 'success' THEN 1 ELSE 0 END AS ok,
+           {sign} * CASE WHEN outcome IN ('success', 'test', 'infra') THEN 1 ELSE 0 END AS total, {sign} AS seen
     FROM {table}
-    WHERE outcome IN ('success', 'test', 'infra')
+    WHERE finished_at IS NOT NULL
       AND (newer_finished_at IS NULL
            OR CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) < CAST((finished_at AT TIME ZONE 'UTC') AS date))"""
 CHANGES = {
@@ -37,10 +39,11 @@ CHANGES = {
 
 def add(changes: str) -> str:
     return f"""
-    INSERT INTO ootci_jobday ({KEY}, ok, total)
-    SELECT {KEY}, SUM(ok), SUM(total) FROM ({changes}) AS changes
-    GROUP BY {KEY} HAVING SUM(ok) <> 0 OR SUM(total) <> 0 ORDER BY {KEY}
-    ON CONFLICT ({KEY}) DO UPDATE SET ok = ootci_jobday.ok + excluded.ok, total = ootci_jobday.total + excluded.total"""
+    INSERT INTO ootci_jobday ({KEY}, ok, total, seen)
+    SELECT {KEY}, SUM(ok), SUM(total), SUM(seen) FROM ({changes}) AS changes
+    GROUP BY {KEY} HAVING SUM(ok) <> 0 OR SUM(total) <> 0 OR SUM(seen) <> 0 ORDER BY {KEY}
+    ON CONFLICT ({KEY}) DO UPDATE SET ok = ootci_jobday.ok + excluded.ok, total = ootci_jobday.total + excluded.total,
+        seen = ootci_jobday.seen + excluded.seen"""
 
 
 def function(op: str) -> str:
@@ -67,7 +70,7 @@ def create(apps, schema_editor) -> None:
     schema_editor.execute(
         """CREATE TABLE ootci_jobday (
             backend_id bigint NOT NULL, event_type varchar(20) NOT NULL, day date NOT NULL, newer_day date,
-            ok bigint NOT NULL, total bigint NOT NULL,
+            ok bigint NOT NULL, total bigint NOT NULL, seen bigint NOT NULL,
             UNIQUE NULLS NOT DISTINCT (backend_id, event_type, day, newer_day))"""
     )
     schema_editor.execute("CREATE INDEX jobday_event_day ON ootci_jobday (event_type, day)")

@@ -146,7 +146,8 @@ def daily_rollup(d: Dialect, w: str, *, backend: bool) -> str:
     where += f" AND (newer_day IS NULL OR newer_day < CAST(%({w}_day)s AS date))"
     if backend:
         where += " AND backend_id = %(backend_id)s"
-    tail = f"FROM ootci_jobday WHERE {where} GROUP BY backend_id, day HAVING SUM(total) > 0"
+    # A day of latest attempts, counted or not (a skipped run alone): the rows' query lists it too, total 0.
+    tail = f"FROM ootci_jobday WHERE {where} GROUP BY backend_id, day HAVING SUM(seen) > 0"
     return figure_select(d, f"daily:{w}", tail, backend_id="backend_id", day="day", ok="SUM(ok)", total="SUM(total)")
 
 

@@ -15,22 +15,24 @@ from django.utils import timezone
 from hud.stores.base import collect
 from hud.stores.db.jobs import DatabaseStore
 from ootci.models import Backend, JobResult
+from tests.hud.builders import job
 from tests.hud.stores.test_newer_finish import attempt, latest_by_sort
 
 pytestmark = pytest.mark.django_db
 RECOUNT = """
     SELECT backend_id, event_type, CAST((finished_at AT TIME ZONE 'UTC') AS date) AS day,
            CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) AS newer_day,
-           SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END), COUNT(*)
+           SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END),
+           SUM(CASE WHEN outcome IN ('success', 'test', 'infra') THEN 1 ELSE 0 END), COUNT(*)
     FROM ootci_jobresult
-    WHERE outcome IN ('success', 'test', 'infra') AND (newer_finished_at IS NULL
+    WHERE finished_at IS NOT NULL AND (newer_finished_at IS NULL
           OR CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) < CAST((finished_at AT TIME ZONE 'UTC') AS date))
     GROUP BY 1, 2, 3, 4"""
 
 
 def kept() -> set[tuple]:
     with connection.cursor() as db:
-        db.execute("SELECT backend_id, event_type, day, newer_day, ok, total FROM ootci_jobday WHERE total <> 0")
+        db.execute("SELECT backend_id, event_type, day, newer_day, ok, total, seen FROM ootci_jobday WHERE seen <> 0")
         return set(db.fetchall())
 
 
@@ -41,18 +43,21 @@ def recounted() -> set[tuple]:
 
 
 def daily_by_sort(event: str, since: datetime, backend_id: int | None = None) -> dict:
-    """Per backend, (day, ok, total) of the latest attempts the sort picks, days with a total only."""
-    latest = JobResult.objects.filter(pk__in=latest_by_sort(event, since), outcome__in=["success", "test", "infra"])
+    """Per backend with a latest attempt the sort picks (counted or not: a skipped run alone lists its backend),
+    (day, ok, total) of its days with a counted one, as ``hud.stores.base.daily_from`` shows them."""
+    latest = JobResult.objects.filter(pk__in=latest_by_sort(event, since))
     if backend_id is not None:
         latest = latest.filter(backend_id=backend_id)
     ok, total = Counter(), Counter()
     for j in latest:
         key = (j.backend_id, j.finished_at.astimezone(UTC).date())
-        total[key] += 1
+        total[key] += j.outcome in ("success", "test", "infra")
         ok[key] += j.outcome == "success"
     found: dict[int, list] = {}
     for bid, day in sorted(total):
-        found.setdefault(bid, []).append((day, ok[bid, day], total[bid, day]))
+        days = found.setdefault(bid, [])
+        if total[bid, day]:
+            days.append((day, ok[bid, day], total[bid, day]))
     return found
 
 
@@ -112,3 +117,12 @@ def test_a_truncate_of_the_job_results_empties_the_roll_up():
         db.execute("TRUNCATE ootci_jobresult CASCADE")
 
     assert kept() == set()
+
+
+def test_a_backend_whose_only_attempt_is_not_counted_is_listed_as_the_rows_list_it(make_backend):
+    backend = make_backend("org/skipped", "L2")
+    job(backend, name="build", conclusion="skipped", event_type="nightly", finished=timezone.now())
+    today = datetime.combine(timezone.now().astimezone(UTC).date(), time.min, tzinfo=UTC)
+
+    assert daily_kept("nightly", today) == daily_by_sort("nightly", today) == {backend.pk: []}  # the roll-up
+    assert daily_kept("nightly", today + timedelta(microseconds=1)) == {backend.pk: []}  # the rows' query
