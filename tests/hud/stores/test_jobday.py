@@ -4,7 +4,6 @@ order, deletes), the database store's daily figures of windows starting at a UTC
 equal those counted from the latest attempts the sort picks (tests/hud/stores/test_newer_finish.py), and the roll-up
 equals a recount from the job results."""
 
-import random
 from collections import Counter
 from datetime import UTC, datetime, time, timedelta
 
@@ -14,9 +13,9 @@ from django.utils import timezone
 
 from hud.stores.base import collect
 from hud.stores.db.jobs import DatabaseStore
-from ootci.models import Backend, JobResult
+from ootci.models import JobResult
 from tests.hud.builders import job
-from tests.hud.stores.test_newer_finish import attempt, latest_by_sort
+from tests.hud.stores.test_newer_finish import histories, latest_by_sort
 
 pytestmark = pytest.mark.django_db
 RECOUNT = """
@@ -65,26 +64,6 @@ def daily_kept(event: str, since: datetime, backend_id: int | None = None) -> di
     rows = DatabaseStore().figure_rows(windows={"w": (event, since)}, asks=[("daily", "w")], backend_id=backend_id)
     found = collect([("daily", "w")], rows)["daily", "w"]
     return {bid: [(r.day, r.successes, r.total) for r in points] for bid, points in found.items()}
-
-
-def histories(seed: int) -> list[Backend]:
-    rng = random.Random(seed)
-    now = timezone.now()
-    backends = [Backend.objects.create(repo=f"org/b{i}", level="L2") for i in range(2)]
-    JobResult.objects.bulk_create([attempt(rng, backends, now, n) for n in range(150)])
-    for n in range(150, 200):
-        attempt(rng, backends, now, n).save()
-    ids = list(JobResult.objects.values_list("pk", flat=True))
-    for pk in rng.sample(ids, 40):
-        job = JobResult.objects.get(pk=pk)
-        job.completed_at = now - timedelta(hours=rng.uniform(0, 24 * 10))
-        job.status, job.conclusion = "completed", rng.choice(["success", "failure"])
-        job.save()
-    JobResult.objects.filter(pk__in=rng.sample(ids, 30)).update(head_sha="b" * 40)
-    JobResult.objects.filter(pk__in=rng.sample(ids, 20)).update(created_at=now - timedelta(days=2))
-    JobResult.objects.filter(pk__in=rng.sample(ids, 10)).update(backend=backends[0], event_type="nightly")
-    JobResult.objects.filter(pk__in=rng.sample(ids, 15)).delete()
-    return backends
 
 
 @pytest.mark.parametrize("seed", range(4))

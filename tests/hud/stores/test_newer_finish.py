@@ -73,8 +73,9 @@ def attempt(rng: random.Random, backends: list[Backend], now, n: int) -> JobResu
     )
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_the_kept_column_picks_the_latest_attempts_the_sort_picks(seed):
+def histories(seed: int) -> list[Backend]:
+    """Random job histories of two backends, written by every path: single and bulk inserts, updates of finish time,
+    job and order one at a time (as the state machine writes) and in bulk, deletes."""
     rng = random.Random(seed)
     now = timezone.now()
     backends = [Backend.objects.create(repo=f"org/b{i}", level="L2") for i in range(2)]
@@ -82,14 +83,22 @@ def test_the_kept_column_picks_the_latest_attempts_the_sort_picks(seed):
     for n in range(150, 200):
         attempt(rng, backends, now, n).save()
     ids = list(JobResult.objects.values_list("pk", flat=True))
-    for pk in rng.sample(ids, 40):  # one at a time, as the state machine writes
+    for pk in rng.sample(ids, 40):
         job = JobResult.objects.get(pk=pk)
         job.completed_at = now - timedelta(hours=rng.uniform(0, 24 * 10))
-        job.status, job.conclusion = "completed", "success"
+        job.status, job.conclusion = "completed", rng.choice(["success", "failure"])
         job.save()
-    JobResult.objects.filter(pk__in=rng.sample(ids, 30)).update(head_sha="b" * 40)  # a job's SHA becomes known
+    JobResult.objects.filter(pk__in=rng.sample(ids, 30)).update(head_sha="b" * 40)
     JobResult.objects.filter(pk__in=rng.sample(ids, 20)).update(created_at=now - timedelta(days=2))
+    JobResult.objects.filter(pk__in=rng.sample(ids, 10)).update(backend=backends[0], event_type="nightly")
     JobResult.objects.filter(pk__in=rng.sample(ids, 15)).delete()
+    return backends
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_column_picks_the_latest_attempts_the_sort_picks(seed):
+    histories(seed)
+    now = timezone.now()
 
     assert newer_kept() == newer_by_sort()
     assert sum(v is not None for v in newer_kept().values()) > 20  # the histories do have superseded attempts
