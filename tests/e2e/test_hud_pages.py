@@ -46,28 +46,29 @@ def serious(page) -> list[str]:
     return [f"{v['id']}: {v['nodes'][0]['html'][:120]}" for v in found if v["impact"] in ("serious", "critical")]
 
 
-def test_every_page_is_accessible_fits_and_keeps_to_the_csp(page, live_server, console_errors, screenshots):
+@pytest.mark.parametrize("size", SIZES)  # one test per size: the two workers of the suite share the walk
+def test_every_page_is_accessible_fits_and_keeps_to_the_csp(size, page, live_server, console_errors, screenshots):
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
     pages = demo_pages()
-    for size, viewport in SIZES.items():
-        page.set_viewport_size(viewport)
-        for name, path in pages.items():
-            response = page.goto(live_server.url + path)
-            assert response.status == (404 if name == "not-found" else 200), path
-            assert "script-src 'self'" in response.headers["content-security-policy"]
-            expect(page.locator("main h1").first).to_be_visible()
-            page.wait_for_load_state("networkidle")
-            page.screenshot(path=str(screenshots / f"{name}-{size}.png"), full_page=True)
-            assert serious(page) == [], f"{path} at {size}"
-            width = page.evaluate("document.documentElement.scrollWidth")
-            if size == "phone" or name == "overview":
-                assert width <= viewport["width"], f"{path} is {width} px wide at {size}"
-    page.emulate_media(color_scheme="dark")
-    page.set_viewport_size(SIZES["desktop"])
-    for name in ("overview", "backend", "pull-request", "job", "metrics"):
-        page.goto(live_server.url + pages[name])
-        page.screenshot(path=str(screenshots / f"{name}-dark.png"), full_page=True)
-        assert serious(page) == [], f"{pages[name]} in dark mode"
+    viewport = SIZES[size]
+    page.set_viewport_size(viewport)
+    for name, path in pages.items():
+        response = page.goto(live_server.url + path)
+        assert response.status == (404 if name == "not-found" else 200), path
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        expect(page.locator("main h1").first).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(screenshots / f"{name}-{size}.png"), full_page=True)
+        assert serious(page) == [], f"{path} at {size}"
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if size == "phone" or name == "overview":
+            assert width <= viewport["width"], f"{path} is {width} px wide at {size}"
+    if size == "desktop":
+        page.emulate_media(color_scheme="dark")
+        for name in ("overview", "backend", "pull-request", "job", "metrics"):
+            page.goto(live_server.url + pages[name])
+            page.screenshot(path=str(screenshots / f"{name}-dark.png"), full_page=True)
+            assert serious(page) == [], f"{pages[name]} in dark mode"
     # The 404 page's own status is the one console error a browser reports for it.
     assert [e for e in console_errors if "404" not in e] == []
 
