@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ootci import baseline, governance, ledger, levels, runners, staleness, verdicts
 from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
+from ootci.rows import rows_as
 from relay.alerts import notify
 from relay.alerts.fire import incident_fire, incident_green, rule_for
 from relay.github import client as github
@@ -29,6 +30,15 @@ logger = logging.getLogger(__name__)
 
 BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
+RUNS_OF_SHAS = (
+    f"SELECT * FROM {JobResult._meta.db_table} WHERE backend_id = %s"
+    f" AND event_type IN ({', '.join(['%s'] * len(BASELINE_EVENTS))}) AND workflow_name = %s AND job_name = %s"
+    " AND status = %s"
+)
+RUNS_WINDOW = RUNS_OF_SHAS.replace("*", "id, job_sha, finished_at", 1) + " ORDER BY finished_at DESC, id DESC LIMIT %s"
+RUNS_LATEST_FIRST = "ORDER BY " + ", ".join(
+    f"{name.lstrip('-')} {'DESC' if name.startswith('-') else 'ASC'}" for name in JobResult.LATEST_ORDER
+)
 
 
 def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None) -> str:
@@ -106,15 +116,8 @@ def baseline_evaluate(job: JobResult) -> str:
     rule = rule_for(AlertRule.Kind.BASELINE, backend)
     if rule is None or job.event_type not in BASELINE_EVENTS:
         return "nothing"
-    runs = JobResult.objects.filter(
-        backend=backend,
-        event_type__in=BASELINE_EVENTS,
-        workflow_name=job.workflow_name,
-        job_name=job.job_name,
-        status=JobResult.Status.COMPLETED,
-    )
     need = max(int(rule.threshold), rule.resolve_after)
-    recent = recent_latest_attempts(runs, need)
+    recent = recent_latest_attempts(job, need)
     outcomes = [j.outcome for j in recent if j.outcome in COUNTED][:need]
     fingerprint = f"{rule.kind}:{backend.pk}:{job.workflow_name}/{job.job_name}"
     n = int(rule.threshold)
@@ -129,19 +132,29 @@ def baseline_evaluate(job: JobResult) -> str:
     return incident_green(fingerprint, resolve_after=rule.resolve_after)
 
 
-def recent_latest_attempts(runs, need: int) -> list[JobResult]:
-    """The latest attempts among ``runs`` (one job's baseline runs), newest finish first, as far back as their first
-    ``need`` counted outcomes: read from a window of the newest rows, widened until no older row could change the
-    answer, never the job's whole history. A SHA outside the window finished none of its attempts after the window's
-    oldest row, so an answer whose ``need``-th counted outcome finished after that row is the whole history's."""
+def recent_latest_attempts(job: JobResult, need: int) -> list[JobResult]:
+    """The latest attempts of ``job``'s baseline runs (its backend's completed runs of its workflow and job name),
+    newest finish first, as far back as their first ``need`` counted outcomes: read from a window of the newest rows,
+    widened until no older row could change the answer, never the job's whole history. A SHA outside the window
+    finished none of its attempts after the window's oldest row, so an answer whose ``need``-th counted outcome
+    finished after that row is the whole history's. Both statements written out (RUNS_WINDOW): compiling them through
+    the ORM cost each completed job's follow-up more CPU than running them."""
     need = max(need, 1)
     size = 4 * need + 8
+    runs = [job.backend_id, *BASELINE_EVENTS, job.workflow_name, job.job_name, JobResult.Status.COMPLETED.value]
     while True:
-        window = list(runs.order_by("-finished_at", "-pk").values_list("job_sha", "finished_at")[:size])
-        found = baseline.latest_attempts(runs.filter(job_sha__in={sha for sha, _ in window}))
-        recent = sorted(found, key=lambda j: (j.finished_at, j.pk), reverse=True)
+        window = rows_as(JobResult, RUNS_WINDOW, [*runs, size])
+        if not window:
+            return []
+        shas = sorted({j.job_sha for j in window})
+        marks = ", ".join(["%s"] * len(shas))
+        attempts = rows_as(JobResult, f"{RUNS_OF_SHAS} AND job_sha IN ({marks}) {RUNS_LATEST_FIRST}", [*runs, *shas])
+        found: dict[tuple, JobResult] = {}
+        for j in attempts:
+            found.setdefault(tuple(getattr(j, f) for f in JobResult.JOB_FIELDS), j)
+        recent = sorted(found.values(), key=lambda j: (j.finished_at, j.pk), reverse=True)
         counted = [j for j in recent if j.outcome in COUNTED]
-        if len(window) < size or (len(counted) >= need and counted[need - 1].finished_at > window[-1][1]):
+        if len(window) < size or (len(counted) >= need and counted[need - 1].finished_at > window[-1].finished_at):
             return recent
         size *= 4
 

@@ -6,7 +6,8 @@ import re
 from django.db import transaction
 from django_q.tasks import async_task
 
-from ootci.models import BISECT_EVENT, JobResult
+from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
+from ootci.rows import rows_as
 from relay.alerts import incidents
 from relay.github import client as github
 from relay.reports import logs
@@ -15,6 +16,11 @@ from relay.reports.artifacts import job_artifacts_to_pull
 logger = logging.getLogger(__name__)
 
 GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
+# The task's reads written out, mapped as raw() maps them (ootci.rows): compiling the ORM's select_related read of
+# the job, its backend and its failure took a quarter of this task's CPU (py-spy, tests/bench/bench_callback.py).
+JOB = f"SELECT * FROM {JobResult._meta.db_table} WHERE id = %s"
+BACKEND = f"SELECT * FROM {Backend._meta.db_table} WHERE id = %s"
+FAILURE = f"SELECT * FROM {JobFailure._meta.db_table} WHERE job_id = %s"
 
 
 def job_completed_follow_up(*, job_id: int) -> str:
@@ -22,9 +28,8 @@ def job_completed_follow_up(*, job_id: int) -> str:
     one per kind of work (each costs the request about a millisecond). Its test reports are pulled (queued, when a
     GitHub Actions run has an artifact for it), a failed job's log is classified, and the alert rules it bears on are
     evaluated, both here: the rules then see the log's verdict, once. Its classification, if any, is read with it."""
-    try:  # get(), not first(): no ordering to compile (the model's, two expressions: a quarter of this task's CPU)
-        job = JobResult.objects.select_related("backend", "failure").get(pk=job_id)
-    except JobResult.DoesNotExist:
+    job = job_read(job_id)
+    if job is None:
         return "missing"
     job_reports_pull_wanted(job)
     if logs.job_log_wanted(job):
@@ -32,6 +37,22 @@ def job_completed_follow_up(*, job_id: int) -> str:
     if job.event_type == BISECT_EVENT:  # a bisection step that ended without a report to come is inconclusive
         transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_ended", job.pk), robust=True)
     return incidents.job_alerts_evaluate(job_id=job_id, job=job)
+
+
+def job_read(job_id: int) -> JobResult | None:
+    """The job with its backend and, when its log is wanted, its classification so far (as select_related reads
+    them: ``job.failure`` raises when it has none)."""
+    found = rows_as(JobResult, JOB, [job_id])
+    if not found:
+        return None
+    job = found[0]
+    job.backend = rows_as(Backend, BACKEND, [job.backend_id])[0]
+    if logs.job_log_wanted(job):
+        failure = rows_as(JobFailure, FAILURE, [job.pk])
+        JobResult.failure.related.set_cached_value(job, failure[0] if failure else None)
+        if failure:
+            failure[0].job = job
+    return job
 
 
 def job_reports_pull_wanted(job: JobResult) -> None:
