@@ -1,4 +1,5 @@
-"""Which artifacts of a GitHub Actions run hold a job's test reports, the run listed once for all its jobs.
+"""Which artifacts of a GitHub Actions run hold a job's test reports, the run listed once for all its jobs (and
+``run_listing``, which shares a run attempt's job listing the same way for the failed jobs' logs).
 
 A 100-shard run used to list its artifacts 100 times, once per completed job: 100 of the App installation's 5,000
 requests an hour. A listing is kept per run and serves every job that completed before it was taken: the reporter
@@ -9,7 +10,8 @@ clocks of other hosts). A job that completed after it lists the run again.
 import fnmatch
 import logging
 import re
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -65,19 +67,28 @@ def job_artifacts_to_pull(job: JobResult) -> list[dict[str, Any]]:
 
 
 def _run_artifacts(job: JobResult) -> list[dict[str, Any]]:
-    key = f"relay:run-artifacts:{job.backend.repo.lower()}:{job.run_id}"
-    done = job.completed_at or job.updated_at
+    return run_listing(
+        key=f"relay:run-artifacts:{job.backend.repo.lower()}:{job.run_id}",
+        done=job.completed_at or job.updated_at,
+        fetch=lambda: github.run_artifacts(repo=job.backend.repo, run_id=int(job.run_id)),
+    )
+
+
+def run_listing(*, key: str, done: datetime | None, fetch: Callable[[], list[Any]]) -> list[Any]:
+    """What ``fetch`` lists of a run (its artifacts, an attempt's jobs), shared by the run's jobs: the listing kept
+    under ``key`` when it was taken after ``done`` (the asking job's completion, with LISTING_MARGIN), else a new one,
+    kept for LISTING_SECONDS."""
     try:
         kept = cache.get(key)
     except Exception as e:  # a cache that fails costs a listing, never the pull
-        logger.warning("run artifacts: cache unavailable (%s)", e)
+        logger.warning("run listing: cache unavailable (%s)", e)
         kept = None
     if kept is not None and done is not None and kept["at"] >= done + LISTING_MARGIN:
         return kept["items"]
     at = timezone.now()  # before the request: what completed by now is in the answer
-    items = github.run_artifacts(repo=job.backend.repo, run_id=int(job.run_id))
+    items = fetch()
     try:
         cache.set(key, {"at": at, "items": items}, LISTING_SECONDS)
     except Exception as e:
-        logger.warning("run artifacts: listing not kept (%s)", e)
+        logger.warning("run listing: not kept (%s)", e)
     return items

@@ -30,6 +30,7 @@ from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
 from relay.github import client as github
 from relay.reliability import archive
+from relay.reports.artifacts import run_listing
 from relay.reports.classify import Classification, Rule, StepWindow, log_classify
 from relay.reports.signatures import signature
 
@@ -136,7 +137,13 @@ def _github_run(job: JobResult) -> bool:
 
 
 def _github_log_fetch(job: JobResult, found: JobFailure) -> None:
-    jobs = github.workflow_run_attempt_jobs(repo=job.backend.repo, run_id=job.run_id, attempt=job.run_attempt)
+    jobs = run_listing(  # one listing per run attempt for its failed jobs, as for artifacts
+        key=f"relay:run-jobs:{job.backend.repo.lower()}:{job.run_id}:{job.run_attempt}",
+        done=job.completed_at or job.updated_at,
+        fetch=lambda: github.workflow_run_attempt_jobs(
+            repo=job.backend.repo, run_id=job.run_id, attempt=job.run_attempt
+        ),
+    )
     gh_job = _job_named(jobs, job.job_name)
     if gh_job is None:
         found.problem = f"No job named {job.job_name!r} in run {job.run_id} attempt {job.run_attempt}."

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from django.db.models import F
 from django.utils import timezone
 
 from ootci.models import JobFailure, JobResult
@@ -181,3 +182,43 @@ def test_the_admin_reclassifies_the_selected_jobs(downstream, failing_run, fake_
     again = JobFailure.objects.get(job_id=failure.job_id)
     assert (again.rule_name, again.failure_class) == ("linker undefined reference", "build")
     assert len(fake_github.requests_to("GET", r"/storage/job-logs/\d+")) == 2
+
+
+def test_the_failed_jobs_of_one_run_attempt_share_its_job_listing(downstream, failing_run, fake_github, monkeypatch):
+    """Jobs that completed before a listing of their run attempt was taken are found in it: a 50-shard run is not
+    listed 50 times (GitHub's rate limit). A job that completes after the listing lists the attempt again."""
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+
+    from relay.reports.follow_up import job_completed_follow_up
+
+    monkeypatch.setattr(Conf, "SYNC", False)  # the follow-ups queued, then run here in order, as a lagging worker
+    ci = downstream()
+    first = failing_run(ci.repo)
+    second = first + 1
+    fake_github.actions_jobs[(ci.repo.lower(), 24033272679, 1)].append(
+        {"id": second, "name": "test-npu-2", "conclusion": "failure", "steps": []}
+    )
+    fake_github.job_logs[second] = b"RuntimeError: CUDA error: device-side assert triggered\n"
+    listings = r"/repos/.*/actions/runs/24033272679/attempts/1/jobs"
+
+    for name in ("test-npu", "test-npu-2"):
+        assert completed_failure(ci, job_name=name).status_code == 200
+    get_broker().purge_queue()
+    # The worker comes to them later than the clocks' margin (artifacts.LISTING_MARGIN) after they completed.
+    JobResult.objects.update(completed_at=F("completed_at") - timedelta(seconds=3))
+    for job in JobResult.objects.order_by("pk"):
+        job_completed_follow_up(job_id=job.pk)
+
+    assert len(fake_github.requests_to("GET", listings)) == 1
+    found = {f.job.job_name: f.github_job_id for f in JobFailure.objects.select_related("job")}
+    assert found == {"test-npu": first, "test-npu-2": second}
+
+    fake_github.actions_jobs[(ci.repo.lower(), 24033272679, 1)].append(
+        {"id": second + 1, "name": "test-npu-3", "conclusion": "failure", "steps": []}
+    )
+    fake_github.job_logs[second + 1] = b"Killed\n"
+    completed_failure(ci, job_name="test-npu-3")  # after the listing: the attempt is listed anew
+    job_completed_follow_up(job_id=JobResult.objects.get(job_name="test-npu-3").pk)
+    assert len(fake_github.requests_to("GET", listings)) == 2
+    assert JobFailure.objects.get(job__job_name="test-npu-3").github_job_id == second + 1
