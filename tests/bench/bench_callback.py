@@ -9,9 +9,9 @@ PostgreSQL, Redis), trusting the fake OIDC issuer; a fake GitHub answering in 10
 every backend. One light client process keeps ``BENCH_CLIENTS`` (default 8) connections busy from a thread each (sync
 workers close each connection after its answer, as behind a proxy), posting real reporter bodies with a real token
 (minted before the clock starts) and callback token: first every job's in_progress, then every job's completed
-(a failure: its log classified, its run's artifacts looked for, its alert rules evaluated; ``BENCH_CONCLUSION=success``:
-the same without the log). Each backend runs one workflow run of ``BENCH_JOBS`` shards. CPU per callback is
-gunicorn's, PostgreSQL's and Redis's during the phase;
+(a failure: its run attempt's jobs listed on GitHub, its log fetched and classified, its run's artifacts looked for,
+its alert rules evaluated; ``BENCH_CONCLUSION=success``: the same without the log). Each backend runs one workflow run
+of ``BENCH_JOBS`` shards. CPU per callback is gunicorn's, PostgreSQL's and Redis's during the phase;
 for completed callbacks the worker's too, until it has done everything they queued. PostgreSQL's counts its backends
 that end during the phase (``_DatabaseBackends``).
 
@@ -64,6 +64,8 @@ QUIET = ["--log-level", "warning"]
 TICKS = os.sysconf("SC_CLK_TCK")
 # The reference relay on this machine (issue #30): callbacks/s and CPU ms per callback.
 REFERENCE = {"in_progress": (104, 9.6), "completed": (115, 9.7)}
+# A failed job's log on the fake GitHub: a real one from the failure-line corpus (57 KB, an xpu build error).
+FAILED_LOG = (ROOT / "tests/relay/reports/failure_logs/tuned/h4_xpu_build_icpx_sycl_undeclared.log").read_bytes()
 MARGIN = 0.8  # the goals, loosened by 20 % for a shared machine: throughput x0.8, p99 and CPU /0.8
 
 SEED = """
@@ -141,6 +143,9 @@ def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub
     )
     warmup = _jobs(issuer, targets, range(1000, 1000 + 10 * WORKERS * THREADS // REPOS + 1), run_base=9_000_000)
     jobs = _jobs(issuer, targets, range(JOBS_PER_REPO), run_base=7_000_000)
+    if CONCLUSION == "failure":
+        _runs_on_github(github, targets, range(1000, 1000 + 10 * WORKERS * THREADS // REPOS + 1), run_base=9_000_000)
+        _runs_on_github(github, targets, range(JOBS_PER_REPO), run_base=7_000_000)
     port = _free_port()
     server = subprocess.Popen(
         [
@@ -251,6 +256,23 @@ def _jobs(issuer: FakeOidcIssuer, targets: list[dict], numbers: range, *, run_ba
                 requests.append((json.dumps(body).encode(), headers))
             jobs.append(requests)
     return jobs
+
+
+def _runs_on_github(github: FakeGitHub, targets: list[dict], numbers: range, *, run_base: int) -> None:
+    """Each backend's run as GitHub's job API shows it, every shard failed in its test step, and each shard's log (a
+    real build failure, FAILED_LOG): the follow-up lists the run attempt's jobs, fetches the log through its 302 and
+    classifies it."""
+    for n, target in enumerate(targets):
+        shards = []
+        for job in numbers:
+            job_id = 8_000_000 + len(github.job_logs)
+            github.job_logs[job_id] = FAILED_LOG
+            steps = [
+                {"name": "Set up job", "number": 1, "conclusion": "success"},
+                {"name": "Build and test", "number": 2, "conclusion": "failure"},
+            ]
+            shards.append({"id": job_id, "name": f"shard-{job}", "conclusion": "failure", "steps": steps})
+        github.actions_jobs[(target["repo"].lower(), run_base + n, 1)] = shards
 
 
 def _load(port: int, jobs: list[list[tuple[bytes, dict]]]) -> tuple[list[float], list[str]]:
