@@ -9,6 +9,7 @@ dispatch thread pool rather than by PyGithub's per-client sleeps (0.25 s per req
 by default), which would make a fan-out to 100 backends take minutes.
 """
 
+import threading
 from typing import Any, BinaryIO
 
 import requests
@@ -31,6 +32,18 @@ from relay.github.app import (
 from relay.github.app import RateLimited as RateLimited  # callers catch both from here
 
 __all__ = ["github_reachable"]  # the App's own call, from relay.github.app
+
+_local = threading.local()
+
+
+def _http() -> requests.Session:
+    """The thread's session for the downloads made without PyGithub (logs, artifacts, each a GET to the API and one
+    to its storage): connections kept alive from one job's downloads to the next, where ``requests.get`` opened two
+    (two TLS handshakes against GitHub) and built a session per call."""
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+    return session
 
 
 def repository_dispatch_create(*, repo: str, event_type: str, client_payload: dict[str, Any]) -> None:
@@ -266,21 +279,23 @@ def artifact_download(*, repo: str, artifact_id: int, into: BinaryIO, max_bytes:
     headers = {"Authorization": f"token {installation_token(repo=repo)}", "Accept": "application/vnd.github+json"}
     timeout = settings.GITHUB_TIMEOUT_SECONDS
     try:
-        answer = requests.get(settings.GITHUB_API_URL + path, headers=headers, allow_redirects=False, timeout=timeout)
+        answer = _http().get(settings.GITHUB_API_URL + path, headers=headers, allow_redirects=False, timeout=timeout)
         if answer.status_code in (301, 302, 303, 307, 308) and answer.headers.get("Location"):
             location = answer.headers["Location"]
-            answer = requests.get(location, stream=True, allow_redirects=False, timeout=timeout)
-        if answer.status_code != 200:
-            if answer.status_code in (401, 404):
-                tokens_forget(repo=repo)
-            raise error_from(answer.status_code, dict(answer.headers), json_or_text(answer.text[:2000]), f"GET {path}")
-        written = 0
-        for chunk in answer.iter_content(1024 * 1024):
-            written += len(chunk)
-            if written > max_bytes:
-                raise TooLarge(f"artifact {artifact_id} of {repo} is over {max_bytes} bytes")
-            into.write(chunk)
-        return written
+            answer = _http().get(location, stream=True, allow_redirects=False, timeout=timeout)
+        with answer:  # closed however it ends: its connection goes back to the session's pool, or away
+            if answer.status_code != 200:
+                if answer.status_code in (401, 404):
+                    tokens_forget(repo=repo)
+                data = json_or_text(answer.text[:2000])
+                raise error_from(answer.status_code, dict(answer.headers), data, f"GET {path}")
+            written = 0
+            for chunk in answer.iter_content(1024 * 1024):
+                written += len(chunk)
+                if written > max_bytes:
+                    raise TooLarge(f"artifact {artifact_id} of {repo} is over {max_bytes} bytes")
+                into.write(chunk)
+            return written
     except requests.RequestException as e:
         what = f"downloading artifact {artifact_id} of {repo}"
         raise GitHubError(f"GitHub unreachable {what}: {e}", retryable=True) from e
@@ -345,9 +360,9 @@ def job_log_open(*, repo: str, job_id: int) -> requests.Response:
     url = f"{settings.GITHUB_API_URL}/repos/{repo}/actions/jobs/{job_id}/logs"
     timeout = settings.GITHUB_TIMEOUT_SECONDS
     try:
-        answer = requests.get(url, headers=headers, allow_redirects=False, timeout=timeout)
+        answer = _http().get(url, headers=headers, allow_redirects=False, timeout=timeout)
         if answer.status_code in (301, 302, 303, 307, 308) and answer.headers.get("Location"):
-            answer = requests.get(answer.headers["Location"], stream=True, timeout=timeout)
+            answer = _http().get(answer.headers["Location"], stream=True, timeout=timeout)
     except requests.RequestException as e:
         raise GitHubError(f"GitHub unreachable fetching the log of job {job_id} of {repo}: {e}", retryable=True) from e
     if answer.status_code != 200:
