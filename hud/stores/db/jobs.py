@@ -152,6 +152,24 @@ def daily_rollup(d: Dialect, w: str, *, backend: bool) -> str:
     return figure_select(d, f"daily:{w}", tail, backend_id="backend_id", day="day", ok="SUM(ok)", total="SUM(total)")
 
 
+def stats_rollup(d: Dialect, w: str, *, backend: bool) -> str:
+    """PostgreSQL: the stats of window ``w`` with its counts and average queue time from the roll-up, as the gates
+    (hud.stores.db.rollup), and only the percentiles, distinct PRs, average run time and last finish from its latest
+    attempts: a narrower row for the sort those need (at 1,000,000 job results the 30-day window's 620,000 rows with
+    their outcome and conclusion sorted on disk)."""
+    counts = ", ".join(f"{rollup.GATES[c]} AS {c}" for c in rollup.STATS)
+    kept = f"SELECT backend_id, {counts} FROM ({rollup.gates_parts(w, backend=backend)}) parts GROUP BY backend_id"
+    values = (
+        f"SELECT backend_id, COUNT(DISTINCT pr_number) AS prs, {d.pct('queue_time', 0.5)} AS queue_median, "
+        f"{d.pct('queue_time', 0.9)} AS queue_p90, {d.pct('execution_time', 0.5)} AS duration_median, "
+        f"AVG(execution_time) AS duration_avg, MAX(finished_at) AS last_run FROM latest_{w} GROUP BY backend_id"
+    )
+    # The same backends on both sides: those with a latest attempt in the window.
+    tail = f"FROM ({kept}) kept JOIN ({values}) rows_ USING (backend_id)"
+    columns = [*rollup.STATS, "prs", "queue_median", "queue_p90", "duration_median", "duration_avg", "last_run"]
+    return figure_select(d, f"stats:{w}", tail, backend_id="backend_id", **{c: c for c in columns})
+
+
 def figure_selects(d: Dialect, asks: list[Ask], windows: Windows, *, backend: bool = False) -> list[str]:
     """One SELECT over its window's latest attempts (``latest_w``) per figure asked for; on PostgreSQL a daily figure
     of a window starting at a UTC midnight reads the roll-up instead (:func:`daily_rollup`)."""
@@ -163,7 +181,9 @@ def figure_selects(d: Dialect, asks: list[Ask], windows: Windows, *, backend: bo
     }
     for kind, w in asks:
         mine = f"FROM latest_{w}"
-        if kind == "stats":
+        if kind == "stats" and d.pg:
+            selects.append(stats_rollup(d, w, backend=backend))
+        elif kind == "stats":
             selects.append(
                 figure_select(
                     d,

@@ -90,3 +90,5 @@ GATES = {
     "queue_avg": average("queue"),
     "dependency_avg": average("dependency"),
 }
+# What the stats read of the roll-up (hud.stores.db.jobs.stats_rollup).
+STATS = ("successes", "test_failures", "infra_failures", "running", "skipped", "timed_out", "queue_avg")

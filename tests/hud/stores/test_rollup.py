@@ -164,6 +164,43 @@ def test_the_run_times_of_windows_read_in_one_pass_are_each_windows_own(seed):
             assert mine[bid] == pytest.approx((p50, p90), abs=1e-6)
 
 
+def stats_by_sort(event: str, since, backend_id: int | None = None) -> dict[int, dict]:
+    """The stats the roll-up gives (counts, average queue time) as the gates, and the rest from the latest attempts."""
+    gates = gates_by_sort(event, since, backend_id)
+    latest = JobResult.objects.filter(pk__in=latest_by_sort(event, since))
+    found = {}
+    for bid, g in gates.items():
+        mine = [j for j in latest if j.backend_id == bid]
+        runs = [j.execution_time for j in mine if j.execution_time is not None]
+        found[bid] = {name: g[name] for name in (*COUNTS[:-1], "queue_avg")} | {
+            "prs": len({j.pr_number for j in mine if j.pr_number is not None}),
+            "duration_avg": sum(runs) / len(runs) if runs else None,
+            "last_run": max(j.finished_at for j in mine),
+        }
+    return found
+
+
+def stats_kept(event: str, since, backend_id: int | None = None) -> dict[int, dict]:
+    rows = DatabaseStore().figure_rows(windows={"w": (event, since)}, asks=[("stats", "w")], backend_id=backend_id)
+    names = (*COUNTS[:-1], "queue_avg", "prs", "duration_avg", "last_run")
+    return {r["backend_id"]: {name: r[name] for name in names} for r in rows}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_stats_read_their_counts_from_the_roll_up_as_the_latest_attempts_count_them(seed):
+    backends = timed_histories(seed)
+    rng = random.Random(seed)
+
+    for since in starts(rng):
+        for event in ("pull_request", "nightly"):
+            for bid in (None, backends[seed % 2].pk):
+                kept_, by_sort = stats_kept(event, since, bid), stats_by_sort(event, since, bid)
+                assert kept_.keys() == by_sort.keys()
+                for b, want in by_sort.items():
+                    assert kept_[b].pop("last_run") == want.pop("last_run")
+                    assert kept_[b] == pytest.approx(want, abs=1e-6), b
+
+
 def test_the_histories_reach_every_part_of_a_window():
     """Windows whose first day holds latest attempts of both kinds: finished that day, and finished later with newer
     attempts that finished that day before the window (else the tests above would not test the second part)."""
