@@ -1,5 +1,6 @@
-"""Gate figures of a rolling window from the daily roll-up the database keeps (PostgreSQL only, migrations ootci 0040
-and 0042): the window's whole days from ``ootci_jobday``, its first, partial day from the job results.
+"""Gate figures, and the stats' counts, of a rolling window from the daily roll-up the database keeps (PostgreSQL only,
+migrations ootci 0040 and 0042): the window's whole days from ``ootci_jobday``, its first, partial day from the job
+results.
 
 A window starting at ``S``, on the UTC day ``D``, has as latest attempts those with ``finished_at >= S`` and
 ``newer_finished_at`` empty or before ``S`` (``hud.stores.db.jobs.latest_sql``). Split by day:
