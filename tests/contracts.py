@@ -50,12 +50,28 @@ def scan(root: Path, packages: list[str]) -> dict[str, Module]:
     for name, path in paths.items():
         text = path.read_text()
         module = Module(name, path, len(text.splitlines()))
-        _read(module, ast.parse(text, str(path)), paths, package=path.name == "__init__.py")
+        if text not in _STATED:
+            _STATED[text] = _stated(ast.parse(text, str(path)))
+        _read(module, _STATED[text], paths, package=path.name == "__init__.py")
         modules[name] = module
     return modules
 
 
-def _read(module: Module, tree: ast.Module, known: dict[str, Path], *, package: bool) -> None:
+@dataclass(frozen=True)
+class Stated:
+    """What a module's text says, wherever it stands: its imports (``from`` base or ``None`` for ``import``, relative
+    level, name, line) but those under ``if TYPE_CHECKING:``, its functions named test*, its strings but docstrings."""
+
+    imports: tuple[tuple[str | None, int, str, int], ...]
+    test_names: tuple[tuple[str, int], ...]
+    strings: tuple[tuple[str, int], ...]
+
+
+# Module text → what it says: the contract tests scan a dozen copies of the tree, each with one file changed.
+_STATED: dict[str, Stated] = {}
+
+
+def _stated(tree: ast.Module) -> Stated:
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)
@@ -64,31 +80,40 @@ def _read(module: Module, tree: ast.Module, known: dict[str, Path], *, package: 
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
-    own_package = module.name if package else module.name.rpartition(".")[0]
     typing_only = {
         id(child)
         for node in ast.walk(tree)
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
         for child in ast.walk(node)
     }
+    imports, test_names, strings = [], [], []
     for node in ast.walk(tree):
         if id(node) in typing_only and isinstance(node, ast.Import | ast.ImportFrom):
             continue  # annotations only: no dependency when the program runs
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                _depend(module, alias.name, node.lineno, known)
+            imports += [(None, 0, alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = own_package.split(".")[: len(own_package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                target = f"{base}.{alias.name}"
-                _depend(module, target if target in known else base, node.lineno, known)
+            imports += [(node.module or "", node.level, alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            module.test_names.append((node.name, node.lineno))
+            test_names.append((node.name, node.lineno))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            module.strings.append((node.value, node.lineno))
+            strings.append((node.value, node.lineno))
+    return Stated(tuple(imports), tuple(test_names), tuple(strings))
+
+
+def _read(module: Module, stated: Stated, known: dict[str, Path], *, package: bool) -> None:
+    own_package = module.name if package else module.name.rpartition(".")[0]
+    for base, level, name, line in stated.imports:
+        if base is None:
+            _depend(module, name, line, known)
+            continue
+        if level:
+            anchor = own_package.split(".")[: len(own_package.split(".")) - level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        target = f"{base}.{name}"
+        _depend(module, target if target in known else base, line, known)
+    module.test_names += stated.test_names
+    module.strings += stated.strings
 
 
 def _depend(module: Module, target: str, line: int, known: dict[str, Path]) -> None:

@@ -1,6 +1,8 @@
 import io
 
+import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.db.models import Count
 
 from ootci.models import Backend, Delivery, Dispatch, JobResult, LedgerFile, LedgerRun, LevelChange, PullRequest
@@ -14,16 +16,24 @@ def counts() -> dict:
     }
 
 
-def test_seed_demo_is_idempotent(db):
-    call_command("seed_demo", stdout=io.StringIO())
+@pytest.fixture(scope="module")
+def demo(django_db_setup, django_db_blocker):
+    """The demo data, seeded once for this module (a seed takes seconds): each test runs in a savepoint of the
+    transaction that holds it and rolls back to it, and the module's end rolls the demo back too."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        call_command("seed_demo", stdout=io.StringIO())
+        yield
+        transaction.set_rollback(True)
+
+
+def test_seed_demo_is_idempotent(demo, db):
     first = counts()
     call_command("seed_demo", stdout=io.StringIO())
     assert counts() == first
     assert days_rolled_up() == days_from_cases() != set()  # the test search's roll-up, as each parse keeps it
 
 
-def test_seed_demo_covers_what_the_pages_show(db):
-    call_command("seed_demo", stdout=io.StringIO())
+def test_seed_demo_covers_what_the_pages_show(demo, db):
     assert Backend.objects.count() >= 12
     assert set(Backend.objects.values_list("level", flat=True)) == {"L1", "L2", "L3", "L4"}
     assert PullRequest.objects.count() >= 200
@@ -44,14 +54,13 @@ def test_seed_demo_covers_what_the_pages_show(db):
     assert LedgerRun.objects.exists() and LedgerFile.objects.exists()
 
 
-def test_on_the_demo_no_test_is_flaky_beside_a_flakiness_of_zero(db, settings):
+def test_on_the_demo_no_test_is_flaky_beside_a_flakiness_of_zero(demo, db, settings):
     # The demo PR 160211 showed "flaky" beside "flakiness 0.0 %" on xpu: the badge and the figure now read the same
     # results (ootci.verdicts.flaky_evidence), on every backend of every PR the demo has.
     from hud.failing import queries as failing_queries
     from ootci.models import JobResult
 
     settings.HUD_CACHE_SECONDS = 0
-    call_command("seed_demo", stdout=io.StringIO())
     prs = set(JobResult.objects.filter(outcome="test", pr_number__isnull=False).values_list("pr_number", flat=True))
     flaky = 0
     for number in sorted(prs):
