@@ -2,6 +2,9 @@
 trail itself. Every path that changes a level asks for a reason and writes a LevelReview with the readiness figures
 (``ootci.governance``); the governance registries are in ``ootci.admin.governance``."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -137,6 +140,14 @@ class BackendAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return ReadinessChangeList
+
+    def delete_model(self, request, obj) -> None:
+        self.delete_queryset(request, Backend.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset) -> None:
+        """A deleted backend's jobs go with it, and their parsed cases leave the test search's roll-up."""
+        with cases_counted_out(TestReport.objects.filter(job__backend__in=queryset)):
+            super().delete_queryset(request, queryset)
 
     @admin.display(description="readiness")
     def readiness(self, obj: Backend) -> str:
@@ -295,11 +306,19 @@ class JobResultAdmin(admin.ModelAdmin):
 
     def delete_queryset(self, request, queryset) -> None:
         """The jobs' parsed cases leave the test search's roll-up with them (``ootci.case_days``)."""
-        with transaction.atomic():
-            parsed = TestReport.objects.filter(job__in=queryset, state=TestReport.State.PARSED)
-            counted = case_days.case_days_keys(list(parsed.values_list("pk", flat=True)))
+        with cases_counted_out(TestReport.objects.filter(job__in=queryset)):
             super().delete_queryset(request, queryset)
-            case_days.case_days_recount(counted)
+
+
+@contextmanager
+def cases_counted_out(reports) -> Iterator[None]:
+    """Around a deletion that takes ``reports`` (a queryset) with it: their parsed cases leave the test search's
+    roll-up (``ootci.case_days``, kept over every backend) in the same transaction."""
+    with transaction.atomic():
+        parsed = reports.filter(state=TestReport.State.PARSED).values_list("pk", flat=True)
+        counted = case_days.case_days_keys(list(parsed))
+        yield
+        case_days.case_days_recount(counted)
 
 
 @admin.register(DeferredTask)

@@ -115,6 +115,19 @@ def test_jobs_deleted_in_the_admin_take_their_cases_out(store, npu, admin_client
     assert {(r[0], r[2], r[3]) for r in days_rolled_up()} == {("test_ops.py::TestOps::test_add", 1, 0)}
 
 
+def test_a_backend_deleted_in_the_admin_takes_its_cases_out(store, npu, make_backend, admin_client):
+    day = datetime(2026, 3, 10, 9, tzinfo=UTC)
+    xpu = make_backend("intel/xpu", "L3", device="xpu")
+    report_with(job(npu, name="a"), {ADD: "failed", MUL: "failed"}, at=day)
+    report_with(job(xpu, name="a"), {ADD: "passed"}, at=day + timedelta(hours=1))
+
+    response = admin_client.post(reverse("admin:ootci_backend_delete", args=[npu.pk]), {"post": "yes"})
+    assert response.status_code == 302
+
+    assert days_rolled_up() == days_from_cases()
+    assert {(r[0], r[2], r[3]) for r in days_rolled_up()} == {("test_ops.py::TestOps::test_add", 1, 0)}
+
+
 def test_the_migration_fills_the_roll_up_from_the_cases_of_the_parsed_reports(store, npu):
     noon = datetime(2026, 3, 10, 12, tzinfo=UTC)
     for at in (noon, noon + timedelta(hours=11, minutes=59), noon + timedelta(hours=12), noon - timedelta(days=9)):
