@@ -84,8 +84,13 @@ def pr_pushed(number: int, head: str, *, first_job_at: datetime | None = None) -
 
 def latest_attempts(jobs) -> list[JobResult]:
     """The latest attempt of each job among ``jobs`` (a queryset)."""
+    return latest_of(jobs.order_by(*JobResult.LATEST_ORDER))
+
+
+def latest_of(attempts) -> list[JobResult]:
+    """The latest attempt of each job among ``attempts``, given newest first (``JobResult.LATEST_ORDER``)."""
     found: dict[tuple, JobResult] = {}
-    for j in jobs.order_by(*JobResult.LATEST_ORDER):
+    for j in attempts:
         found.setdefault(tuple(getattr(j, f) for f in JobResult.JOB_FIELDS), j)
     return list(found.values())
 

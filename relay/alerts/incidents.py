@@ -149,10 +149,7 @@ def recent_latest_attempts(job: JobResult, need: int) -> list[JobResult]:
         shas = sorted({j.job_sha for j in window})
         marks = ", ".join(["%s"] * len(shas))
         attempts = rows_as(JobResult, f"{RUNS_OF_SHAS} AND job_sha IN ({marks}) {RUNS_LATEST_FIRST}", [*runs, *shas])
-        found: dict[tuple, JobResult] = {}
-        for j in attempts:
-            found.setdefault(tuple(getattr(j, f) for f in JobResult.JOB_FIELDS), j)
-        recent = sorted(found.values(), key=lambda j: (j.finished_at, j.pk), reverse=True)
+        recent = sorted(baseline.latest_of(attempts), key=lambda j: (j.finished_at, j.pk), reverse=True)
         counted = [j for j in recent if j.outcome in COUNTED]
         if len(window) < size or (len(counted) >= need and counted[need - 1].finished_at > window[-1].finished_at):
             return recent
