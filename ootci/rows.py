@@ -13,30 +13,68 @@ from django.db.models import Model
 _plans: dict[tuple, tuple] = {}
 
 
-def rows_as(model: type[Model], sql: str, params: list[Any], *, using: str = "default") -> list[Model]:
-    """``list(model.objects.raw(sql, params))``: columns that are not the model's become attributes."""
+def rows_as(
+    model: type[Model], sql: str, params: list[Any], *, using: str = "default", related: tuple[str, ...] = ()
+) -> list[Model]:
+    """``list(model.objects.raw(sql, params))``: columns that are not the model's become attributes. ``related``:
+    the foreign keys (or reverse one-to-ones) whose rows the statement joins, selecting their columns as
+    ``<key>__<column>`` (``related_columns``): each is mapped the same way and cached on the instance, as
+    ``select_related`` does."""
     connection = connections[using]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         columns = tuple(column[0] for column in cursor.description)
         rows = cursor.fetchall()
-    key = (model, columns, using)
-    plan = _plans.get(key) or _plans.setdefault(key, _plan(model, columns, connection))
-    names, positions, converters, extra = plan
+    key = (model, columns, using, related)
+    plans = _plans.get(key) or _plans.setdefault(key, _plans_of(model, columns, connection, related))
     found = []
     for row in rows:
         values = list(row)
-        for pos, col, functions in converters:
-            for convert in functions:
-                values[pos] = convert(values[pos], col, connection)
-        instance = model.from_db(using, names, [values[pos] for pos in positions])
-        for column, pos in extra:
-            setattr(instance, column, values[pos])
+        instance = None
+        for field, plan in plans:
+            if field is None:
+                instance = _mapped(plan, values, connection, using)
+                continue
+            pk = plan[2][plan[1].index(plan[0]._meta.pk.attname)]  # NULL: a LEFT JOIN found none
+            one = None if values[pk] is None else _mapped(plan, values, connection, using)
+            field.set_cached_value(instance, one)
+            if one is not None and not field.concrete:  # a reverse one-to-one: its row's key back to the instance
+                field.remote_field.set_cached_value(one, instance)
         found.append(instance)
     return found
 
 
-def _plan(model: type[Model], columns: tuple[str, ...], connection) -> tuple:
+def related_columns(model: type[Model], key: str, *, using: str = "default") -> str:
+    """The select list of ``model``'s columns, from the table aliased ``key``, as ``rows_as(related=(key,))`` reads
+    them."""
+    quote = connections[using].ops.quote_name
+    return ", ".join(f"{key}.{quote(f.column)} AS {quote(f'{key}__{f.column}')}" for f in model._meta.concrete_fields)
+
+
+def _mapped(plan: tuple, values: list[Any], connection, using: str) -> Model:
+    model, names, positions, converters, extra = plan
+    for pos, col, functions in converters:
+        for convert in functions:
+            values[pos] = convert(values[pos], col, connection)
+    instance = model.from_db(using, names, [values[pos] for pos in positions])
+    for column, pos in extra:
+        setattr(instance, column, values[pos])
+    return instance
+
+
+def _plans_of(model: type[Model], columns: tuple[str, ...], connection, related: tuple[str, ...]) -> list[tuple]:
+    prefixes = tuple(f"{key}__" for key in related)
+    own = [None if column.startswith(prefixes) else column for column in columns]
+    plans = [(None, _plan(model, own, connection))]
+    for key in related:
+        field = model._meta.get_field(key)
+        theirs = [column.removeprefix(f"{key}__") if column.startswith(f"{key}__") else None for column in columns]
+        plans.append((field, _plan(field.related_model, theirs, connection, extra=False)))
+    return plans
+
+
+def _plan(model: type[Model], columns: list[str | None], connection, *, extra: bool = True) -> tuple:
+    """Which of ``columns`` (None: not this model's) is which field, and their converters."""
     by_column = {field.column: field for field in model._meta.concrete_fields}
     fields = [field for field in model._meta.fields if field.column in columns]
     if model._meta.pk not in fields:
@@ -47,5 +85,11 @@ def _plan(model: type[Model], columns: tuple[str, ...], connection) -> tuple:
             col = field.get_col(model._meta.db_table)
             if functions := connection.ops.get_db_converters(col) + col.get_db_converters(connection):
                 converters.append((pos, col, functions))
-    extra = [(column, pos) for pos, column in enumerate(columns) if column not in by_column]
-    return [f.attname for f in fields], [columns.index(f.column) for f in fields], converters, extra
+    others = [(column, pos) for pos, column in enumerate(columns) if column is not None and column not in by_column]
+    return (
+        model,
+        [f.attname for f in fields],
+        [columns.index(f.column) for f in fields],
+        converters,
+        others if extra else [],
+    )

@@ -27,6 +27,13 @@ def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
     return found[0] if found and found[0].enabled else None
 
 
+def firing(fingerprint: str) -> bool:
+    """Whether the incident ``fingerprint`` fires (one statement, no lock)."""
+    with connection.cursor() as cursor:
+        cursor.execute(FIRING, [fingerprint, Incident.State.FIRING.value])
+        return cursor.fetchone() is not None
+
+
 # --- incidents: open once, update, resolve --------------------------------------------------------------------------
 
 
@@ -79,10 +86,8 @@ def incident_green(
 ) -> str:
     """One green result (or check) for a firing incident: "resolved" after ``resolve_after`` in a row, else "green"
     ("quiet" when nothing fires)."""
-    with connection.cursor() as cursor:  # most green results find nothing firing: no transaction, no lock
-        cursor.execute(FIRING, [fingerprint, Incident.State.FIRING.value])
-        if cursor.fetchone() is None:
-            return "quiet"
+    if not firing(fingerprint):  # most green results find nothing firing: no transaction, no lock
+        return "quiet"
     with transaction.atomic():
         incident = Incident.objects.select_for_update().filter(fingerprint=fingerprint, state="firing").first()
         if incident is None:

@@ -23,7 +23,7 @@ from ootci import baseline, governance, ledger, levels, runners, staleness, verd
 from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
 from ootci.rows import rows_as
 from relay.alerts import notify
-from relay.alerts.fire import incident_fire, incident_green, rule_for
+from relay.alerts.fire import firing, incident_fire, incident_green, rule_for
 from relay.github import client as github
 
 logger = logging.getLogger(__name__)
@@ -64,8 +64,13 @@ def pr_evaluate(job: JobResult) -> str:
     resolved as soon as none is left. Each job's failures are in the details, grouped by verdict with their evidence,
     for the PR comment."""
     backend = job.backend
+    if levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
+        return "nothing"
+    fingerprint = f"{AlertRule.Kind.PR_TEST}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
+    if job.outcome == JobResult.Outcome.SUCCESS and not firing(fingerprint):
+        return "quiet"  # a success opens nothing, and there is nothing to resolve
     rule = rule_for(AlertRule.Kind.PR_TEST, backend)
-    if rule is None or levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
+    if rule is None:
         return "nothing"
     same = JobResult.objects.filter(
         backend=backend, event_type=Event.PULL_REQUEST, pr_number=job.pr_number, job_sha=job.job_sha
@@ -74,7 +79,6 @@ def pr_evaluate(job: JobResult) -> str:
     found = baseline.jobs_verdicts(latest)
     blocking = (verdicts.NEW, verdicts.UNKNOWN)
     failing = [j for j in latest if j.outcome == JobResult.Outcome.TEST and found[j.pk].verdict in blocking]
-    fingerprint = f"{rule.kind}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
     details = {
         "upstream_repo": job.upstream_repo,
         "sha": job.job_sha,
@@ -113,18 +117,23 @@ def baseline_evaluate(job: JobResult) -> str:
     """``threshold`` failures in a row of one job on the backend's baseline runs open an incident; ``resolve_after``
     successes in a row resolve it."""
     backend = job.backend
+    if job.event_type not in BASELINE_EVENTS:
+        return "nothing"
+    fingerprint = f"{AlertRule.Kind.BASELINE}:{backend.pk}:{job.workflow_name}/{job.job_name}"
+    # A success opens nothing: with nothing firing there is nothing to count (one statement instead of four for most
+    # completed jobs). A later attempt that failed was evaluated after it finished, with this one in its window.
+    if job.outcome == JobResult.Outcome.SUCCESS and not firing(fingerprint):
+        return "quiet"
     rule = rule_for(AlertRule.Kind.BASELINE, backend)
-    if rule is None or job.event_type not in BASELINE_EVENTS:
+    if rule is None:
         return "nothing"
     need = max(int(rule.threshold), rule.resolve_after)
     recent = recent_latest_attempts(job, need)
     outcomes = [j.outcome for j in recent if j.outcome in COUNTED][:need]
-    fingerprint = f"{rule.kind}:{backend.pk}:{job.workflow_name}/{job.job_name}"
     n = int(rule.threshold)
     if outcomes and outcomes[0] != JobResult.Outcome.SUCCESS:
         # A failure while the incident fires starts the green count again (hysteresis); opening needs n in a row.
-        firing = Incident.objects.filter(fingerprint=fingerprint, state=Incident.State.FIRING).exists()
-        if not firing and (len(outcomes) < n or JobResult.Outcome.SUCCESS in outcomes[:n]):
+        if not firing(fingerprint) and (len(outcomes) < n or JobResult.Outcome.SUCCESS in outcomes[:n]):
             return "nothing"
         what = f"{backend.repo}: {job.workflow_name} / {job.job_name} failed {n} baseline runs in a row"
         details = {"jobs": [job_entry(j) for j in recent[:n]]}
@@ -245,9 +254,9 @@ def runners_evaluate(backend: Backend, *, now: datetime | None = None) -> dict[s
         return {}
     sick = {s.key: s for s in runners.sick_runners([backend.pk], now=now).get(backend.pk, [])}
     prefix = f"{AlertRule.Kind.SICK_RUNNER}:{backend.pk}:"
-    firing = Incident.objects.filter(state=Incident.State.FIRING, fingerprint__startswith=prefix)
+    fired = Incident.objects.filter(state=Incident.State.FIRING, fingerprint__startswith=prefix)
     done: dict[str, int] = {}
-    for key in sick.keys() | {f.removeprefix(prefix) for f in firing.values_list("fingerprint", flat=True)}:
+    for key in sick.keys() | {f.removeprefix(prefix) for f in fired.values_list("fingerprint", flat=True)}:
         found = sick.get(key)
         if found is not None:
             what = f"{backend.repo}: {found.text}"
@@ -263,8 +272,8 @@ def runners_evaluate(backend: Backend, *, now: datetime | None = None) -> dict[s
 def runners_recheck(*, now: datetime) -> int:
     """The backends with a firing sick-runner incident evaluated again (every minute): a runner whose failures left
     the 24 h window resolves without waiting for its backend's next job."""
-    firing = Incident.objects.filter(state=Incident.State.FIRING, rule__kind=AlertRule.Kind.SICK_RUNNER)
-    backends = Backend.objects.filter(pk__in=firing.values("backend_id"))
+    fired = Incident.objects.filter(state=Incident.State.FIRING, rule__kind=AlertRule.Kind.SICK_RUNNER)
+    backends = Backend.objects.filter(pk__in=fired.values("backend_id"))
     return sum(runners_evaluate(backend, now=now).get("resolved", 0) for backend in backends)
 
 

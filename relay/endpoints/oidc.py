@@ -21,6 +21,8 @@ within that time without a restart; while the database is down the last map read
 can then be journaled), and a process that never read it answers 503.
 """
 
+import base64
+import json
 import logging
 import re
 import threading
@@ -36,6 +38,8 @@ from django.db import InterfaceError, OperationalError
 from ootci.models import Backend, BuildkitePipeline, claims_unmet
 from relay.endpoints import checked
 
+# A compact JWS of three unpadded base64url parts (RFC 7515 §7.1): read without PyJWT to choose the issuer.
+COMPACT_TOKEN = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 # Issuers mint tokens with iat = now; a little leeway absorbs clock skew between their clocks and ours.
 LEEWAY_SECONDS = 60
 JWKS_LIFESPAN_SECONDS = 300
@@ -169,11 +173,7 @@ def oidc_repository_verify(*, authorization: str, at: datetime | None = None) ->
     replayed after its token expired: relay.reliability.journal). OidcRefused when the token is valid but its CI
     identity may not report."""
     token = _bearer_token(authorization)
-    try:
-        unverified = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
-    except jwt.InvalidTokenError as e:  # a malformed header too: kid not a string, crit entries we do not support
-        raise OidcError(f"The authorization token is not a well-formed JWT ({e}).") from e
-    header, unverified = unverified["header"], unverified["payload"]
+    header, unverified = _unverified(token)
     if header.get("alg") != "RS256":
         raise OidcError(f"The token is signed with {header.get('alg')!r}; only RS256 is accepted.")
     trusted = issuers()
@@ -185,6 +185,33 @@ def oidc_repository_verify(*, authorization: str, at: datetime | None = None) ->
         raise OidcError(f"The token was issued by {named!r}; only {accepted} is accepted.")
     claims = _verified_claims(token, header.get("kid"), issuer, at)
     return issuer.caller(claims)
+
+
+def _unverified(token: str) -> tuple[dict, dict]:
+    """The token's header and claims, unverified: only to choose its issuer (PyJWT verifies it whole after).
+
+    A plain compact token is read here: PyJWT's reading checks each of its ~1,700 characters in Python, 0.16 ms, and
+    the verification reads it again. Anything else (padding, a header with ``crit`` or ``b64``, a ``kid`` that is not a
+    string, text that is not JSON objects) is read by PyJWT, which says what is wrong with it."""
+    if COMPACT_TOKEN.fullmatch(token):
+        try:
+            header, claims = (
+                json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))) for part in token.split(".")[:2]
+            )
+        except (ValueError, RecursionError):  # binascii.Error and JSONDecodeError are ValueErrors
+            header = claims = None
+        if (
+            isinstance(header, dict)
+            and isinstance(claims, dict)
+            and isinstance(header.get("kid", ""), str)
+            and not header.keys() & {"crit", "b64"}
+        ):
+            return header, claims
+    try:
+        found = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
+    except jwt.InvalidTokenError as e:  # a malformed header too: kid not a string, crit entries we do not support
+        raise OidcError(f"The authorization token is not a well-formed JWT ({e}).") from e
+    return found["header"], found["payload"]
 
 
 def _bearer_token(authorization: str) -> str:

@@ -7,7 +7,7 @@ from django.db import transaction
 from django_q.tasks import async_task
 
 from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
-from ootci.rows import rows_as
+from ootci.rows import related_columns, rows_as
 from relay.alerts import incidents
 from relay.github import client as github
 from relay.reports import logs
@@ -18,9 +18,11 @@ logger = logging.getLogger(__name__)
 GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 # The task's reads written out, mapped as raw() maps them (ootci.rows): compiling the ORM's select_related read of
 # the job, its backend and its failure took a quarter of this task's CPU (py-spy, tests/bench/bench_callback.py).
-JOB = f"SELECT * FROM {JobResult._meta.db_table} WHERE id = %s"
-BACKEND = f"SELECT * FROM {Backend._meta.db_table} WHERE id = %s"
-FAILURE = f"SELECT * FROM {JobFailure._meta.db_table} WHERE job_id = %s"
+JOB = (
+    f"SELECT job.*, {related_columns(Backend, 'backend')}, {related_columns(JobFailure, 'failure')}"
+    f" FROM {JobResult._meta.db_table} job JOIN {Backend._meta.db_table} backend ON backend.id = job.backend_id"
+    f" LEFT JOIN {JobFailure._meta.db_table} failure ON failure.job_id = job.id WHERE job.id = %s"
+)
 
 
 def job_completed_follow_up(*, job_id: int) -> str:
@@ -40,19 +42,10 @@ def job_completed_follow_up(*, job_id: int) -> str:
 
 
 def job_read(job_id: int) -> JobResult | None:
-    """The job with its backend and, when its log is wanted, its classification so far (as select_related reads
-    them: ``job.failure`` raises when it has none)."""
-    found = rows_as(JobResult, JOB, [job_id])
-    if not found:
-        return None
-    job = found[0]
-    job.backend = rows_as(Backend, BACKEND, [job.backend_id])[0]
-    if logs.job_log_wanted(job):
-        failure = rows_as(JobFailure, FAILURE, [job.pk])
-        JobResult.failure.related.set_cached_value(job, failure[0] if failure else None)
-        if failure:
-            failure[0].job = job
-    return job
+    """The job with its backend and its classification so far, in one statement (as select_related reads them:
+    ``job.failure`` raises when it has none)."""
+    found = rows_as(JobResult, JOB, [job_id], related=("backend", "failure"))
+    return found[0] if found else None
 
 
 def job_reports_pull_wanted(job: JobResult) -> None:

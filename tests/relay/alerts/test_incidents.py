@@ -250,6 +250,18 @@ def test_a_failure_between_greens_starts_the_count_again(l4, run_now):
 
 
 @pytest.mark.django_db
+def test_a_success_with_nothing_firing_is_one_statement(l4, django_assert_num_queries):
+    """Most completed jobs: a success opens nothing, and with nothing firing there is nothing to resolve, so neither
+    the rule nor the job's history is read (a failure reads them, and a success resolves what fires)."""
+    baseline(l4, "failure", n=1)
+    pr_job(l4, "unit", "failure", tests=["test_a"])
+    for success in (baseline(l4, "success", n=2), pr_job(l4, "unit", attempt=2)):
+        success.backend = l4
+        with django_assert_num_queries(1):
+            assert incidents.job_alerts_evaluate(job_id=success.pk, job=success) == "quiet"
+
+
+@pytest.mark.django_db
 def test_the_cooldown_keeps_a_resolved_incident_from_reopening(l4, run_now):
     rule = AlertRule.objects.get(kind="baseline_failures", backend=None)
     for n in range(3):

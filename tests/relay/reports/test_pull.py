@@ -7,15 +7,18 @@ import os
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 import requests
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.utils import timezone
 
-from ootci.models import JobResult, TestCase, TestReport
+from ootci.models import Backend, JobResult, TestCase, TestReport
 from relay.reliability import archive
-from relay.reports import pull
+from relay.reports import artifacts, pull
 from tests.hud import builders
 from tests.ootci.reports.test_junit import BILLION_LAUGHS
 from tests.relay.reliability.test_archive import s3  # noqa: F401 - the moto S3 server fixture
@@ -175,6 +178,49 @@ def test_an_artifact_url_naming_another_repo_or_run_is_never_fetched(downstream,
     assert not fake_github.requests_to("GET", r"/repos/.*/actions/artifacts/77/zip")
     assert not fake_github.requests_to("GET", r"/repos/other-org/.*")
     assert not TestReport.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("https://github.com/Ascend/Pytorch-NPU/actions/runs/24033272679/artifacts/77", 77),  # case as GitHub's
+        (
+            "https://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/12345678901234567890",
+            12345678901234567890,
+        ),
+        ("https://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/123456789012345678901", None),
+        ("https://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/77/zip", None),
+        ("https://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/", None),
+        ("https://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/\u0667", None),  # not 0-9
+        ("https://github.com/ascend/pytorch-npu/actions/runs/240332726790/artifacts/77", None),
+        ("https://github.com/ascend/pytorch-npu-x/actions/runs/24033272679/artifacts/77", None),
+        ("http://github.com/ascend/pytorch-npu/actions/runs/24033272679/artifacts/77", None),
+        ("", None),
+    ],
+)
+def test_only_an_artifact_of_the_jobs_own_run_is_named(url, named):
+    backend = Backend(repo="ascend/pytorch-npu")
+    job = JobResult(backend=backend, run_id=RUN_ID, artifact_url=url)
+    assert artifacts.artifact_id_named(job) == named
+
+
+def test_a_run_listing_is_kept_in_redis_and_in_the_process_that_took_it():
+    key = f"relay:run-artifacts:test:{uuid.uuid4().hex}"
+    calls = []
+
+    def fetch() -> list[int]:
+        calls.append(len(calls) + 1)
+        return [calls[-1]]
+
+    before = timezone.now() - timedelta(seconds=5)  # a job that completed before the listing (and the clocks' margin)
+    assert artifacts.run_listing(key=key, done=before, fetch=fetch) == [1]
+    artifacts._copies.pop(key)  # another process: Redis has it
+    assert artifacts.run_listing(key=key, done=before, fetch=fetch) == [1]
+    cache.delete(key)  # evicted from Redis: this process has a copy
+    assert artifacts.run_listing(key=key, done=before, fetch=fetch) == [1]
+    assert calls == [1]
+    assert artifacts.run_listing(key=key, done=timezone.now(), fetch=fetch) == [2]  # completed after it: listed anew
+    assert cache.get(key)["items"] == [2] and artifacts._copies[key]["items"] == [2]
 
 
 def test_reports_go_to_s3_and_a_failed_read_is_reparsed_later(downstream, settings, s3, fake_github):  # noqa: F811

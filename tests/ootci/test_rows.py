@@ -1,0 +1,49 @@
+"""Hand-written statements mapped as the ORM maps them (``ootci.rows``), joined rows included."""
+
+import pytest
+from django.db.models import Model
+
+from ootci.models import JobFailure, JobResult
+from ootci.rows import rows_as
+from relay.reports.follow_up import JOB, job_read
+from tests.hud.builders import job
+
+JOINED = JOB.replace("WHERE job.id = %s", "WHERE job.backend_id = %s ORDER BY job.id")  # every job of a backend
+
+
+def values(instance: Model) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.django_db
+def test_joined_rows_are_the_instances_select_related_reads(make_backend):
+    backend = make_backend(oncalls=["alice"], report_pattern="reports-*")
+    failed = job(backend, name="test", conclusion="failure", environment={"device": "npu"})
+    JobFailure.objects.create(job=failed, failure_class="test", line="FAILED test_add", groups=["a"])
+    passed = job(backend, name="build")
+
+    found = rows_as(JobResult, JOINED, [backend.pk], related=("backend", "failure"))
+    expected = JobResult.objects.select_related("backend", "failure").filter(backend=backend).order_by("id")
+
+    assert [values(j) for j in found] == [values(j) for j in expected]
+    for mine, theirs in zip(found, expected, strict=True):
+        assert values(mine.backend) == values(theirs.backend)
+    assert values(found[0].failure) == values(expected[0].failure)
+    assert found[0].failure.job is found[0]  # the reverse one-to-one points back, as select_related's does
+    with pytest.raises(JobResult.failure.RelatedObjectDoesNotExist):
+        found[1].failure  # noqa: B018 - a LEFT JOIN that found none: the relation raises, as select_related's does
+    with pytest.raises(JobFailure.DoesNotExist):  # cached: no query that could find one
+        JobFailure.objects.create(job=passed)
+        found[1].failure  # noqa: B018
+
+
+@pytest.mark.django_db
+def test_the_follow_up_reads_its_job_backend_and_failure_in_one_statement(make_backend, django_assert_num_queries):
+    backend = make_backend()
+    failed = job(backend, name="test", conclusion="failure")
+    JobFailure.objects.create(job=failed, failure_class="infra")
+
+    with django_assert_num_queries(1):
+        read = job_read(failed.pk)
+        assert (read.backend.repo, read.failure.failure_class) == (backend.repo, "infra")
+    assert job_read(failed.pk + 1000) is None
