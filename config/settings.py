@@ -101,6 +101,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     options = DATABASES["default"].setdefault("OPTIONS", {})
     work_mem = env.str("DATABASE_WORK_MEM", default="64MB")
     options["options"] = f"{options.get('options', '')} -c jit=off -c work_mem={work_mem}".strip()
+    # The callback's hot statements (ootci.rows.prepared_cursor) prepared the 5th time a connection runs them; the
+    # ORM's own cursors bind on the client and are never prepared. Off: behind a pooler that cannot keep them.
+    options["prepare_threshold"] = 5 if env.bool("DATABASE_PREPARED", default=True) else None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="")

@@ -28,14 +28,16 @@ from django.utils import timezone
 from ootci.environment import environment_filled, environment_merged
 from ootci.models import Dispatch, JobResult, TestReport
 from ootci.replication import job_results_changed
-from ootci.rows import rows_as
+from ootci.rows import columns, prepared_cursor, rows_as
 
 Status, Source = JobResult.Status, JobResult.Source
 # How often a write that lost a race is decided again before giving up (each retry means another writer succeeded).
 MAX_TRIES = 5
 FAILED_TESTS_CAP = 1000  # failed-test entries kept per job
 FAILED_TEST_TEXT_CAP = 1000  # characters kept per entry
-RECORDED = "SELECT * FROM ootci_jobresult WHERE " + " AND ".join(f"{name} = %s" for name in JobResult.ATTEMPT_FIELDS)
+RECORDED = f"SELECT {columns(JobResult)} FROM ootci_jobresult WHERE " + " AND ".join(
+    f"{name} = %s" for name in JobResult.ATTEMPT_FIELDS
+)
 RUN_FIELDS = ("backend_id", "delivery_id", "run_id", "run_attempt")
 RUN_OPENED = (
     f"SELECT id, started_at FROM {JobResult._meta.db_table} WHERE "
@@ -230,7 +232,7 @@ def _inserted(job: JobResult) -> None:
     prepares it, the id and the generated columns returned as create() returns them."""
     db = transaction.get_connection()
     params = [field.get_db_prep_save(field.pre_save(job, True), db) for field in INSERTED]
-    with db.cursor() as cursor:
+    with prepared_cursor(db.alias) as cursor:
         cursor.execute(INSERT, params)
         row = cursor.fetchone()
     for returned, value in zip(RETURNED, row, strict=True):
@@ -271,7 +273,7 @@ def _written(job: JobResult, changes: dict[str, Any]) -> bool:
     )
     params = [field.get_db_prep_save(values[field.name], db) for field in fields]
     params += [job.pk, stamp.get_db_prep_value(job.updated_at, db)]
-    with db.cursor() as cursor:
+    with prepared_cursor(db.alias) as cursor:
         cursor.execute(sql, params)
         if cursor.rowcount != 1:
             return False

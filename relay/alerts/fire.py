@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ootci.models import AlertRule, Backend, Incident
-from ootci.rows import rows_as
+from ootci.rows import columns, prepared_cursor, rows_as
 from relay.alerts import notify
 
 # Written out, as the callback's statements are: each completed job's follow-up asks for a rule and for a firing
 # incident, and compiling these through the ORM cost more CPU than running them (tests/bench/bench_callback.py).
 RULE = (
-    f"SELECT * FROM {AlertRule._meta.db_table} WHERE kind = %s AND (backend_id = %s OR backend_id IS NULL)"
-    " ORDER BY backend_id IS NULL, backend_id LIMIT 1"
+    f"SELECT {columns(AlertRule)} FROM {AlertRule._meta.db_table}"
+    " WHERE kind = %s AND (backend_id = %s OR backend_id IS NULL) ORDER BY backend_id IS NULL, backend_id LIMIT 1"
 )
 FIRING = f"SELECT 1 FROM {Incident._meta.db_table} WHERE fingerprint = %s AND state = %s LIMIT 1"
 
@@ -29,7 +29,7 @@ def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
 
 def firing(fingerprint: str) -> bool:
     """Whether the incident ``fingerprint`` fires (one statement, no lock)."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(FIRING, [fingerprint, Incident.State.FIRING.value])
         return cursor.fetchone() is not None
 

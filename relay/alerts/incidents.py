@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ootci import baseline, governance, ledger, levels, runners, staleness, verdicts
 from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
-from ootci.rows import rows_as
+from ootci.rows import columns, rows_as
 from relay.alerts import notify
 from relay.alerts.fire import firing, incident_fire, incident_green, rule_for
 from relay.github import client as github
@@ -31,11 +31,14 @@ logger = logging.getLogger(__name__)
 BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
 RUNS_OF_SHAS = (
-    f"SELECT * FROM {JobResult._meta.db_table} WHERE backend_id = %s"
+    f"SELECT {columns(JobResult)} FROM {JobResult._meta.db_table} WHERE backend_id = %s"
     f" AND event_type IN ({', '.join(['%s'] * len(BASELINE_EVENTS))}) AND workflow_name = %s AND job_name = %s"
     " AND status = %s"
 )
-RUNS_WINDOW = RUNS_OF_SHAS.replace("*", "id, job_sha, finished_at", 1) + " ORDER BY finished_at DESC, id DESC LIMIT %s"
+RUNS_WINDOW = (
+    RUNS_OF_SHAS.replace(columns(JobResult), "id, job_sha, finished_at", 1)
+    + " ORDER BY finished_at DESC, id DESC LIMIT %s"
+)
 RUNS_LATEST_FIRST = "ORDER BY " + ", ".join(
     f"{name.lstrip('-')} {'DESC' if name.startswith('-') else 'ASC'}" for name in JobResult.LATEST_ORDER
 )

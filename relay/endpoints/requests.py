@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from ootci import levels
 from ootci.levels import Level
 from ootci.models import Backend
+from ootci.rows import prepared_cursor
 from relay.endpoints import checked, oidc, ratelimit
 
 # PositiveIntegerField columns hold at most this on PostgreSQL; larger numbers are bad input, not a crash.
@@ -69,7 +70,7 @@ def verified_repo(request: Request, *, at: datetime | None = None) -> str:
 def reporting_backend(repo: str) -> Backend:
     # Backend.objects.filter(repo__iexact=repo).first(), written out: it is on every callback, and the ORM takes
     # twice as long to compile it as PostgreSQL to run it. lower() is what the unique index on the repo is built on.
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(BACKEND_BY_REPO, [repo])
         row = cursor.fetchone()
     backend = Backend.from_db(connection.alias, BACKEND_FIELDS, row) if row else None  # the rest of it deferred

@@ -7,7 +7,7 @@ from django.db import transaction
 from django_q.tasks import async_task
 
 from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
-from ootci.rows import related_columns, rows_as
+from ootci.rows import columns, related_columns, rows_as
 from relay.alerts import incidents
 from relay.github import client as github
 from relay.reports import logs
@@ -19,7 +19,8 @@ GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 # The task's reads written out, mapped as raw() maps them (ootci.rows): compiling the ORM's select_related read of
 # the job, its backend and its failure took a quarter of this task's CPU (py-spy, tests/bench/bench_callback.py).
 JOB = (
-    f"SELECT job.*, {related_columns(Backend, 'backend')}, {related_columns(JobFailure, 'failure')}"
+    f"SELECT {columns(JobResult, 'job')}, {related_columns(Backend, 'backend')},"
+    f" {related_columns(JobFailure, 'failure')}"
     f" FROM {JobResult._meta.db_table} job JOIN {Backend._meta.db_table} backend ON backend.id = job.backend_id"
     f" LEFT JOIN {JobFailure._meta.db_table} failure ON failure.job_id = job.id WHERE job.id = %s"
 )

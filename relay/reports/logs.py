@@ -27,6 +27,7 @@ from ootci.failures.rules import failure_verdict
 from ootci.jobs import environment_fill
 from ootci.models import FailureClass, FailureRule, JobFailure, JobResult
 from ootci.replication import job_results_changed
+from ootci.rows import prepared_cursor
 from relay.github import client as github
 from relay.reliability import archive
 from relay.reports.artifacts import run_listing
@@ -76,7 +77,7 @@ def rules_for(*, backend_id: int | None) -> list[Rule]:
     """The enabled rules that apply to a backend's logs: everyone's and its own, in the model's order. Written out:
     read for every failed job, and the ORM's compiling and its hundred model instances were an eighth of the worker's
     CPU for one (py-spy, tests/bench/bench_callback.py)."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(RULES, [backend_id])
         return [Rule(*row) for row in cursor.fetchall()]
 
@@ -228,7 +229,7 @@ def _verdict_store(
         found.pk = None
         JobFailure.objects.bulk_create([found], update_conflicts=True, unique_fields=["job"], update_fields=REPLACED)
         # updated_at is set so that replication copies the new outcome; what the job is now comes back with it.
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             now = connection.ops.adapt_datetimefield_value(timezone.now())  # SQLite keeps naive UTC text
             cursor.execute(JOB_CLASSIFIED, [verdict.failure_class, now, job.pk])
             row = cursor.fetchone()

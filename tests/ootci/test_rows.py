@@ -1,12 +1,16 @@
 """Hand-written statements mapped as the ORM maps them (``ootci.rows``), joined rows included."""
 
 import pytest
+from django.db import connection
 from django.db.models import Model
 
-from ootci.models import JobFailure, JobResult
+from ootci.models import AlertRule, JobFailure, JobResult
 from ootci.rows import rows_as
+from relay.alerts.fire import rule_for
 from relay.reports.follow_up import JOB, job_read
 from tests.hud.builders import job
+
+RULES = AlertRule._meta.db_table
 
 JOINED = JOB.replace("WHERE job.id = %s", "WHERE job.backend_id = %s ORDER BY job.id")  # every job of a backend
 
@@ -47,3 +51,22 @@ def test_the_follow_up_reads_its_job_backend_and_failure_in_one_statement(make_b
         read = job_read(failed.pk)
         assert (read.backend.repo, read.failure.failure_class) == (backend.repo, "infra")
     assert job_read(failed.pk + 1000) is None
+
+
+@pytest.mark.django_db
+def test_hot_statements_are_prepared_and_survive_a_new_column(make_backend):
+    """PostgreSQL plans a hot statement once per connection (``prepared_cursor``), and a statement prepared before a
+    migration adds a column keeps working (a deploy migrates while the old processes still run)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    backend = make_backend()
+    AlertRule.objects.create(kind=AlertRule.Kind.BASELINE, backend=backend, threshold=2)
+    for _ in range(6):  # psycopg prepares on the connection's 5th run (prepare_threshold)
+        assert rule_for(AlertRule.Kind.BASELINE, backend).threshold == 2
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"%FROM {RULES}%"])
+        assert cursor.fetchone()[0] == 1
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the rows' deferred key checks, before the ALTER
+        cursor.execute(f"ALTER TABLE {RULES} ADD COLUMN added_later integer")  # rolled back with the test
+
+    assert rule_for(AlertRule.Kind.BASELINE, backend).threshold == 2
