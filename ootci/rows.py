@@ -3,7 +3,7 @@ prepared cursor such statements run on.
 
 The hot statements of a callback are written out (the ORM took longer to compile them than PostgreSQL to run them),
 but ``raw()`` still worked out which column is which field and each field's converters on every call, a tenth of a
-callback's CPU: here that plan is made once per model and column list, then reused.
+callback's CPU: here that plan is made once per statement, then reused.
 
 On PostgreSQL they run on :func:`prepared_cursor`: the ORM's cursors bind parameters on the client, so PostgreSQL
 parsed and planned every statement of every callback again (a job's read joined with its backend and failure: 0.25 ms
@@ -58,12 +58,13 @@ def rows_as(
     ``<key>__<column>`` (``related_columns``): each is mapped the same way and cached on the instance, as
     ``select_related`` does."""
     connection = connections[using]
+    key = (model, sql, using, related)
     with prepared_cursor(using) as cursor:
         cursor.execute(sql, params)
-        names = tuple(column[0] for column in cursor.description)
+        if (plans := _plans.get(key)) is None:  # a statement's columns are its own: described once
+            names = tuple(column[0] for column in cursor.description)
+            plans = _plans.setdefault(key, _plans_of(model, names, connection, related))
         rows = cursor.fetchall()
-    key = (model, names, using, related)
-    plans = _plans.get(key) or _plans.setdefault(key, _plans_of(model, names, connection, related))
     found = []
     for row in rows:
         values = list(row)

@@ -9,6 +9,7 @@ clocks of other hosts). A job that completed after it lists the run again.
 
 import fnmatch
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ LISTING_MARGIN = timedelta(seconds=2)  # web and worker clocks on different host
 COPIES = 256  # the listings a process keeps a copy of (of the runs it followed up last)
 
 _copies: dict[str, dict] = {}
+_lock = threading.Lock()
 
 
 def artifact_id_named(job: JobResult) -> int | None:
@@ -98,7 +100,8 @@ def run_listing(*, key: str, done: datetime | None, fetch: Callable[[], list[Any
             cache.set(key, kept, LISTING_SECONDS)
         except Exception as e:
             logger.warning("run listing: not kept (%s)", e)
-    _copies[key] = kept
-    while len(_copies) > COPIES:
-        _copies.pop(next(iter(_copies)))  # the oldest kept
+    with _lock:
+        _copies[key] = kept
+        while len(_copies) > COPIES:
+            _copies.pop(next(iter(_copies)))  # the oldest kept
     return kept["items"]

@@ -6,6 +6,7 @@ issuer, whose JWKS endpoint the relay fetches over HTTP.
 
 import json
 import threading
+import time
 import uuid
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from ootci.models import CallbackRejection, JobFailure, JobResult
-from relay.endpoints.tokens import callback_token_issue
+from relay.endpoints.tokens import callback_token_issue, callback_token_problem
 from tests.fakes.oidc import HEAD, NIGHTLY_SHA, reporter_body
 
 
@@ -263,6 +264,21 @@ def test_a_callback_token_past_its_maximum_age_is_refused(downstream, settings):
 
     assert stale.status_code == 403 and "expired" in stale.json()["detail"]
     assert JobResult.objects.get().status == "in_progress"
+
+
+def test_a_callback_token_verified_before_is_not_checked_again_and_still_expires(settings, monkeypatch):
+    from relay.endpoints import tokens
+
+    settings.CALLBACK_TOKEN_MAX_AGE_DAYS = 1
+    token = callback_token_issue(delivery_id="d-1", repo="Org/Repo")
+    assert callback_token_problem(token, delivery_id="d-1", repo="org/repo") == ""
+    monkeypatch.setattr(tokens.signing, "loads", None)  # kept: the run's next shard is not signature-checked again
+    assert callback_token_problem(token, delivery_id="d-1", repo="org/repo") == ""
+    assert "not issued for delivery 'd-2'" in callback_token_problem(token, delivery_id="d-2", repo="org/repo")
+
+    later = time.time() + 86400 + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert "expired" in callback_token_problem(token, delivery_id="d-1", repo="org/repo")
 
 
 def test_a_callback_without_a_token_is_accepted_on_its_dispatch_alone(downstream):
