@@ -111,7 +111,7 @@ def ctes(w: str, *, backend: bool) -> str:
             GROUP BY backend_id
             UNION ALL
             SELECT j.backend_id, COUNT(DISTINCT j.pr_number) FROM ootci_jobresult j
-            WHERE {latest} AND j.newer_finished_at < j.finished_at AND j.pr_number IS NOT NULL
+            WHERE {latest} AND j.newer_finished_at < j.finished_at
               AND COALESCE((SELECT p.last_at >= %({w}_since)s FROM ootci_jobpr p WHERE p.backend_id = j.backend_id
                   AND p.event_type = j.event_type AND p.pr_number = j.pr_number), false) = false
             GROUP BY j.backend_id
