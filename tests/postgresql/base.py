@@ -5,7 +5,8 @@ table with one ``TRUNCATE`` of them all. PostgreSQL truncates a table by giving 
 files, about 5 ms a table here: 0.2–0.3 s for the ~50 tables, whatever the test wrote (a few rows). ``DELETE`` of the
 same rows, in the same one transaction, takes ~15 ms. The foreign keys Django makes are deferred to the commit, so the
 order of the tables does not matter; the tables' triggers run as on any delete (the daily roll-up ``ootci_jobday``,
-migration 0040, is left with rows of zero counts, which its readers skip as they do after a deletion in production).
+migration 0040, and 0043's tables are left with rows of zero counts and PRs without a finish, which their readers
+skip as they do after a deletion in production).
 A flush that resets sequences or cascades is Django's own.
 """
 

@@ -26,7 +26,7 @@ from hud.stores.base import (
     latest_attempts,
     latest_order,
 )
-from hud.stores.db import rollup
+from hud.stores.db import rollup, stats
 from ootci.models import JobResult
 
 # What a caller of latest_sql may ask for beyond backend_id, finished_at and outcome.
@@ -154,27 +154,10 @@ def daily_rollup(d: Dialect, w: str, *, backend: bool) -> str:
     return figure_select(d, f"daily:{w}", tail, backend_id="backend_id", day="day", ok="SUM(ok)", total="SUM(total)")
 
 
-def stats_rollup(d: Dialect, w: str, *, backend: bool) -> str:
-    """PostgreSQL: the stats of window ``w`` with its counts and average queue time from the roll-up, as the gates
-    (hud.stores.db.rollup), and only the percentiles, distinct PRs, average run time and last finish from its latest
-    attempts: a narrower row for the sort those need (at 1,000,000 job results the 30-day window's 620,000 rows with
-    their outcome and conclusion sorted on disk)."""
-    counts = ", ".join(f"{rollup.GATES[c]} AS {c}" for c in rollup.STATS)
-    kept = f"SELECT backend_id, {counts} FROM ({rollup.gates_parts(w, backend=backend)}) parts GROUP BY backend_id"
-    values = (
-        f"SELECT backend_id, COUNT(DISTINCT pr_number) AS prs, {d.pct('queue_time', 0.5)} AS queue_median, "
-        f"{d.pct('queue_time', 0.9)} AS queue_p90, {d.pct('execution_time', 0.5)} AS duration_median, "
-        f"AVG(execution_time) AS duration_avg, MAX(finished_at) AS last_run FROM latest_{w} GROUP BY backend_id"
-    )
-    # The same backends on both sides: those with a latest attempt in the window.
-    tail = f"FROM ({kept}) kept JOIN ({values}) rows_ USING (backend_id)"
-    columns = [*rollup.STATS, "prs", "queue_median", "queue_p90", "duration_median", "duration_avg", "last_run"]
-    return figure_select(d, f"stats:{w}", tail, backend_id="backend_id", **{c: c for c in columns})
-
-
 def figure_selects(d: Dialect, asks: list[Ask], windows: Windows, *, backend: bool = False) -> list[str]:
     """One SELECT over its window's latest attempts (``latest_w``) per figure asked for; on PostgreSQL a daily figure
-    of a window starting at a UTC midnight reads the roll-up instead (:func:`daily_rollup`)."""
+    of a window starting at a UTC midnight reads the roll-up instead (:func:`daily_rollup`), as do the gates and the
+    stats (``hud.stores.db.rollup``, ``hud.stores.db.stats``)."""
     selects = []
     # What the stats and the gates both count per backend.
     per_backend = {column: count(outcome) for column, outcome in OUTCOME_COUNTS.items()} | {
@@ -184,7 +167,8 @@ def figure_selects(d: Dialect, asks: list[Ask], windows: Windows, *, backend: bo
     for kind, w in asks:
         mine = f"FROM latest_{w}"
         if kind == "stats" and d.pg:
-            selects.append(stats_rollup(d, w, backend=backend))
+            columns = stats.stats_select(w)
+            selects.append(figure_select(d, f"stats:{w}", columns.pop("tail"), **columns))
         elif kind == "stats":
             selects.append(
                 figure_select(
@@ -314,6 +298,7 @@ class DatabaseStore:
         sql = latest_sql(d, windows, backend=backend_id is not None, columns=columns)
         if d.pg:
             sql += runs_sql(d, windows, asks, backend=backend_id is not None)
+            sql += stats.stats_ctes(windows, asks, backend=backend_id is not None)
         return fetch(
             sql + "\nUNION ALL ".join(figure_selects(d, asks, windows, backend=backend_id is not None)),
             window_params(d, windows, backend_id=backend_id),

@@ -27,7 +27,7 @@ from ootci.gates import OVERRUN_HOURS
 COUNTED = "outcome IN ('success', 'test', 'infra')"
 OVERRUN_SECONDS = float(OVERRUN_HOURS * 3600)
 
-# A latest attempt's contribution to each roll-up column (migration ootci 0042 keeps the same sums).
+# A latest attempt's contribution to each roll-up column (migrations ootci 0042 and 0043 keep the same sums).
 ATTEMPT = {
     "ok": "CASE WHEN outcome = 'success' THEN 1 ELSE 0 END",
     "total": f"CASE WHEN {COUNTED} THEN 1 ELSE 0 END",
@@ -40,6 +40,8 @@ ATTEMPT = {
     "queue_n": "CASE WHEN queue_time IS NULL THEN 0 ELSE 1 END",
     "dependency_sum": "COALESCE(CAST(dependency_wait AS numeric), 0)",
     "dependency_n": "CASE WHEN dependency_wait IS NULL THEN 0 ELSE 1 END",
+    "execution_sum": "COALESCE(CAST(execution_time AS numeric), 0)",
+    "execution_n": "CASE WHEN execution_time IS NULL THEN 0 ELSE 1 END",
 }
 
 
@@ -55,20 +57,26 @@ def edge_params(windows: dict[str, tuple[str, datetime]]) -> dict:
 def gates_parts(w: str, *, backend: bool) -> str:
     """The rows whose sums are window ``w``'s gate figures: roll-up rows of its whole days, and the latest attempts
     of its first day (see the module docstring)."""
-    mine = " AND backend_id = %(backend_id)s" if backend else ""
-    names = ", ".join(ATTEMPT)
     raw = ", ".join(f"{value} AS {column}" for column, value in ATTEMPT.items())
+    return parts(w, backend=backend, table="ootci_jobday", rolled=", ".join(ATTEMPT), raw=raw)
+
+
+def parts(w: str, *, backend: bool, table: str, rolled: str, raw: str, joined: str = "") -> str:
+    """Window ``w``'s rows of a day roll-up ``table`` (keyed as ``ootci_jobday``): ``backend_id`` and the columns
+    ``rolled`` of its rows of whole days, then ``backend_id`` and ``raw`` (the same columns as values of one attempt;
+    ``joined`` may add a join to them) of the latest attempts of its first day."""
+    mine = " AND backend_id = %(backend_id)s" if backend else ""
     return f"""
-        SELECT backend_id, {names} FROM ootci_jobday
+        SELECT backend_id, {rolled} FROM {table}
         WHERE event_type = %({w}_event)s AND day > CAST(%({w}_day)s AS date)
           AND (newer_day IS NULL OR newer_day < CAST(%({w}_day)s AS date)){mine}
         UNION ALL
-        SELECT backend_id, {raw} FROM ootci_jobresult
+        SELECT backend_id, {raw} FROM ootci_jobresult {joined}
         WHERE event_type = %({w}_event)s AND finished_at >= %({w}_since)s AND finished_at < %({w}_next)s
           AND (newer_finished_at IS NULL OR newer_finished_at < %({w}_since)s)
           AND (newer_finished_at IS NULL OR newer_finished_at < finished_at){mine}
         UNION ALL
-        SELECT backend_id, {raw} FROM ootci_jobresult
+        SELECT backend_id, {raw} FROM ootci_jobresult {joined}
         WHERE event_type = %({w}_event)s AND newer_finished_at >= %({w}_midnight)s
           AND newer_finished_at < %({w}_since)s AND newer_finished_at < finished_at
           AND finished_at >= %({w}_next)s{mine}"""
@@ -91,5 +99,5 @@ GATES = {
     "queue_avg": average("queue"),
     "dependency_avg": average("dependency"),
 }
-# What the stats read of the roll-up (hud.stores.db.jobs.stats_rollup).
+# What the stats read of the roll-up (hud.stores.db.stats).
 STATS = ("successes", "test_failures", "infra_failures", "running", "skipped", "timed_out", "queue_avg")

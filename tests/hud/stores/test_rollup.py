@@ -142,7 +142,14 @@ def runs_by_sort(since) -> dict[int, tuple[float, float]]:
 
 
 def percentile(values: list[timedelta], p: float) -> float:
-    ordered = sorted(v.total_seconds() for v in values)
+    return percentile_of([v.total_seconds() for v in values], p)
+
+
+def percentile_of(values: list[float], p: float) -> float | None:
+    """``percentile_cont(p)``: the values at ranks ⌊p(n−1)⌋ and ⌈p(n−1)⌉ of the sorted values, interpolated."""
+    if not values:
+        return None
+    ordered = sorted(values)
     at = p * (len(ordered) - 1)
     low = int(at)
     high = min(low + 1, len(ordered) - 1)
@@ -165,14 +172,19 @@ def test_the_run_times_of_windows_read_in_one_pass_are_each_windows_own(seed):
 
 
 def stats_by_sort(event: str, since, backend_id: int | None = None) -> dict[int, dict]:
-    """The stats the roll-up gives (counts, average queue time) as the gates, and the rest from the latest attempts."""
+    """The stats the roll-up gives (counts, average queue time) as the gates, and the rest (percentiles as
+    ``percentile_cont``, distinct PRs, average run time, last finish) from the latest attempts."""
     gates = gates_by_sort(event, since, backend_id)
     latest = JobResult.objects.filter(pk__in=latest_by_sort(event, since))
     found = {}
     for bid, g in gates.items():
         mine = [j for j in latest if j.backend_id == bid]
         runs = [j.execution_time for j in mine if j.execution_time is not None]
+        queues = [j.queue_time for j in mine if j.queue_time is not None]
         found[bid] = {name: g[name] for name in (*COUNTS[:-1], "queue_avg")} | {
+            "queue_median": percentile_of(queues, 0.5),
+            "queue_p90": percentile_of(queues, 0.9),
+            "duration_median": percentile_of(runs, 0.5),
             "prs": len({j.pr_number for j in mine if j.pr_number is not None}),
             "duration_avg": sum(runs) / len(runs) if runs else None,
             "last_run": max(j.finished_at for j in mine),
@@ -182,7 +194,8 @@ def stats_by_sort(event: str, since, backend_id: int | None = None) -> dict[int,
 
 def stats_kept(event: str, since, backend_id: int | None = None) -> dict[int, dict]:
     rows = DatabaseStore().figure_rows(windows={"w": (event, since)}, asks=[("stats", "w")], backend_id=backend_id)
-    names = (*COUNTS[:-1], "queue_avg", "prs", "duration_avg", "last_run")
+    names = (*COUNTS[:-1], "queue_avg", "prs", "duration_avg", "last_run", "queue_median", "queue_p90")
+    names += ("duration_median",)
     return {r["backend_id"]: {name: r[name] for name in names} for r in rows}
 
 
@@ -220,8 +233,9 @@ def test_the_histories_reach_every_part_of_a_window():
 
 def test_the_migration_counts_overruns_as_the_gates_do():
     migration = importlib.import_module("ootci.migrations.0042_jobday_gates")
+    latest = importlib.import_module("ootci.migrations.0043_jobday_times")
 
     assert migration.OVERRUN_SECONDS == OVERRUN_SECONDS
-    assert migration.COLUMNS == ATTEMPT
+    assert latest.COLUMNS == ATTEMPT
     assert migration.COUNTED == COUNTED == rollup.COUNTED
     assert rollup.OVERRUN_SECONDS == OVERRUN_SECONDS
