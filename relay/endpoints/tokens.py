@@ -13,7 +13,7 @@ from django.core import signing
 
 SALT = "ootci.relay.callback-token"
 # Tokens this process verified, with when each expires: every shard of a run echoes its dispatch's token, and checking
-# the signature (a key derivation and an HMAC) was a twentieth of a callback's CPU. Not kept: tokens that fail.
+# the signature (a key derivation and an HMAC) was 4 % of the web's CPU for a callback. Not kept: tokens that fail.
 VERIFIED_KEPT = 1024
 _verified: dict[tuple, tuple[dict, float]] = {}
 _lock = threading.Lock()

@@ -34,7 +34,7 @@ def artifact_id_named(job: JobResult) -> int | None:
     """The artifact id of the job's ``artifact_url`` when it is exactly
     ``https://github.com/<verified repo>/actions/runs/<its run_id>/artifacts/<id>``; None for anything else, which
     stays a link and is never fetched."""
-    # Compared as text, not by a pattern built per job: compiling one was a sixth of a success's follow-up.
+    # Compared as text, not by a pattern built per job: compiling one was a tenth of a success's follow-up.
     prefix = f"https://github.com/{job.backend.repo}/actions/runs/{job.run_id}/artifacts/".lower()
     url = (job.artifact_url or "").lower()
     number = url[len(prefix) :]
