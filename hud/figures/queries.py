@@ -25,6 +25,9 @@ is
   percent with one decimal; ``None`` (shown as "no data", never 0 %) when the total is 0.
 - Times are seconds (floats rounded to 0.1). Medians and p90 are continuous percentiles
   (``percentile_cont``) over latest attempts that have the value.
+- **A run** is one upstream event's jobs on a backend (PR and tested SHA): its time runs from the earliest start
+  (else report time) to the last finish of its jobs' newest attempts that are not running, and it counts in a window
+  when that last finish is in it, with its whole time (the readiness gates' end-to-end p50).
 
 The job results underneath are read through a store (``hud.stores.base``), picked by :func:`store`: the Django
 database (``hud.stores.db.jobs``), or with ``CLICKHOUSE_URL`` set the ClickHouse store (``hud.stores.clickhouse.jobs``);

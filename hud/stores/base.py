@@ -37,7 +37,7 @@ Windows = dict[str, tuple[str, datetime]]  # name → (event, since)
 NEEDS = {
     "stats": ("pr_number", "conclusion", "queue_time", "execution_time"),
     "daily": (),
-    "run": ("pr_number", "job_sha", "began"),
+    "run": (),  # read from the event's newest attempts, not the window's latest
     "gates": ("conclusion", "queue_time", "execution_time", "dependency_wait"),
 }
 # Every figure row has these columns (a statement is a UNION ALL of one SELECT per figure), after ``kind``.

@@ -136,15 +136,36 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
                 )
             )
         else:
-            span = "dateDiff('microsecond', min(began), max(finished_at)) / 1e6"
-            per_pr = (
-                f"SELECT backend_id, {span} AS span {latest} WHERE outcome != 'running' "
-                "GROUP BY backend_id, pr_number, job_sha"
+            selects.append(
+                figure_select(
+                    f"run:{w}",
+                    f"FROM ({runs_sql(w, backend=backend)}) GROUP BY backend_id",
+                    p50="quantileExactInclusive(0.5)(span)",
+                    p90="quantileExactInclusive(0.9)(span)",
+                )
             )
-            tail = f"FROM ({per_pr}) GROUP BY backend_id"
-            p50, p90 = "quantileExactInclusive(0.5)(span)", "quantileExactInclusive(0.9)(span)"
-            selects.append(figure_select(f"run:{w}", tail, p50=p50, p90=p90))
     return " UNION ALL ".join(selects)
+
+
+def runs_sql(name: str, *, backend: bool = False) -> str:
+    """The runs of window ``name`` with their times (``span``, seconds), as ``hud.stores.db.runs``: a run (backend,
+    PR, tested SHA) from the earliest start of its jobs' newest attempts (``newer_finished_at`` 1970) that are not
+    running to their last finish, counted when that finish is in the window. The runs with a newest attempt finished
+    in the window are found first, without FINAL (a superset: older versions too); their newest attempts are read
+    FINAL, whenever they finished."""
+    since = f"{{{name}_since:DateTime64(6, 'UTC')}}"
+    newest = (
+        f"event_type = {{{name}_event:String}} AND newer_finished_at = toDateTime64(0, 6, 'UTC') "
+        "AND outcome != 'running'"
+    )
+    if backend:
+        newest += " AND backend_id = {backend_id:UInt64}"
+    run = "backend_id, ifNull(pr_number, 0), job_sha"
+    ended = f"SELECT {run} FROM {clickhouse.TABLE} WHERE {newest} AND finished_at >= {since}"
+    span = "dateDiff('microsecond', min(coalesce(started_at, created_at)), max(finished_at)) / 1e6"
+    return f"""
+    SELECT backend_id, {span} AS span FROM {in_window(f"{newest} AND ({run}) IN ({ended})")}
+    GROUP BY backend_id, pr_number, job_sha HAVING max(finished_at) >= {since}"""
 
 
 def figure_select(kind: str, tail: str, **columns: str) -> str:

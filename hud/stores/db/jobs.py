@@ -26,7 +26,7 @@ from hud.stores.base import (
     latest_attempts,
     latest_order,
 )
-from hud.stores.db import rollup, stats
+from hud.stores.db import rollup, runs, stats
 from ootci.models import JobResult
 
 # What a caller of latest_sql may ask for beyond backend_id, finished_at and outcome.
@@ -218,71 +218,33 @@ def figure_selects(d: Dialect, asks: list[Ask], windows: Windows, *, backend: bo
                 )
             )
         elif kind == "run" and d.pg:
-            runs = f"runs_{runs_by_event(windows, asks)[windows[w][0]][0]}"
-            tail = f"FROM {runs} WHERE p50_{w} IS NOT NULL"
-            selects.append(figure_select(d, f"run:{w}", tail, backend_id="backend_id", p50=f"p50_{w}", p90=f"p90_{w}"))
-        else:
-            per_pr = (
-                f"SELECT backend_id, {d.seconds('MAX(finished_at)', 'MIN(began)')} AS span {mine} "
-                "WHERE outcome <> 'running' GROUP BY backend_id, pr_number, job_sha"
-            )
-            tail = f"FROM ({per_pr}) per_pr GROUP BY backend_id"
             selects.append(
-                figure_select(
-                    d, f"run:{w}", tail, backend_id="backend_id", p50=d.pct("span", 0.5), p90=d.pct("span", 0.9)
-                )
+                figure_select(d, f"run:{w}", f"FROM runs_{w}", backend_id="backend_id", p50="p50", p90="p90")
             )
+        else:
+            selects.append(run_select(d, w, backend=backend))
     return selects
 
 
-def runs_by_event(windows: Windows, asks: list[Ask]) -> dict[str, list[str]]:
-    """The windows whose run times are asked for, by event."""
-    found: dict[str, list[str]] = {}
-    for kind, w in asks:
-        if kind == "run":
-            found.setdefault(windows[w][0], []).append(w)
-    return found
-
-
-def runs_sql(d: Dialect, windows: Windows, asks: list[Ask], *, backend: bool) -> str:
-    """PostgreSQL: ``runs_w`` for the first window ``w`` of each event whose run times are asked for: per backend, the
-    p50 and p90 of its runs' times in each of those windows (``p50_v``, ``p90_v``; NULL when it has no run there),
-    from one pass over the attempts of the longest of them. A run is one (PR, tested SHA): from the earliest start of
-    its finished latest attempts in the window (picked as :func:`latest_sql` picks them) to their last finish. The
-    readiness windows (14 and 7 days) share one grouping of 250,000 runs and one sort at 1,000,000 job results
-    instead of one each (760 to 560 ms)."""
-    ctes = []
-    for names in runs_by_event(windows, asks).values():
-        member = {
-            w: f"j.finished_at >= %({w}_since)s"
-            f" AND (j.newer_finished_at IS NULL OR j.newer_finished_at < %({w}_since)s)"
-            for w in names
-        }
-        # The seconds as the double that percentile_cont casts them to; a run not in a window has NULL there, which
-        # the percentiles skip.
-        spans = ", ".join(
-            "CAST("
-            + d.seconds(f"MAX(j.finished_at) FILTER (WHERE {m})", f"MIN({LATEST_COLUMNS['began']}) FILTER (WHERE {m})")
-            + f" AS double precision) AS span_{w}"
-            for w, m in member.items()
-        )
-        earliest = min(names, key=lambda w: windows[w][1])
-        where = (
-            f"j.event_type = %({earliest}_event)s AND j.finished_at >= %({earliest}_since)s"
-            " AND (j.newer_finished_at IS NULL OR j.newer_finished_at < j.finished_at)"
-            f" AND j.outcome <> 'running' AND ({' OR '.join(f'({m})' for m in member.values())})"
-        )
-        if backend:
-            where += " AND j.backend_id = %(backend_id)s"
-        per_run = (
-            f"SELECT j.backend_id, {spans} FROM ootci_jobresult j WHERE {where}"
-            " GROUP BY j.backend_id, j.pr_number, j.job_sha"
-        )
-        percentiles = ", ".join(
-            f"{d.pct(f'span_{w}', 0.5)} AS p50_{w}, {d.pct(f'span_{w}', 0.9)} AS p90_{w}" for w in names
-        )
-        ctes.append(f"runs_{names[0]} AS (SELECT backend_id, {percentiles} FROM ({per_run}) runs GROUP BY backend_id)")
-    return "".join(f", {cte}" for cte in ctes)
+def run_select(d: Dialect, w: str, *, backend: bool) -> str:
+    """SQLite: the run times of window ``w`` from its event's newest attempts (numbered by job, newest first): a run
+    (backend, PR, tested SHA) from the earliest start of its jobs' newest attempts that are not running to their last
+    finish, counted when that finish is in the window (on PostgreSQL ``hud.stores.db.runs`` reads the same from
+    migration ootci 0045's table)."""
+    job = ", ".join(d.bytewise(f"j.{f}") if f in TEXT_FIELDS else f"j.{f}" for f in JobResult.JOB_FIELDS)
+    mine = " AND j.backend_id = %(backend_id)s" if backend else ""
+    newest = (
+        f"SELECT j.backend_id, j.pr_number, j.job_sha, j.finished_at, j.outcome, {LATEST_COLUMNS['began']} AS began, "
+        f"ROW_NUMBER() OVER (PARTITION BY {job} ORDER BY {latest_order('j.')}) AS rn "
+        f"FROM ootci_jobresult j WHERE j.event_type = %({w}_event)s{mine}"
+    )
+    per_run = (
+        f"SELECT backend_id, {d.seconds('MAX(finished_at)', 'MIN(began)')} AS span FROM ({newest}) AS newest "
+        "WHERE rn = 1 AND outcome <> 'running' GROUP BY backend_id, pr_number, job_sha "
+        f"HAVING MAX(finished_at) >= %({w}_since)s"
+    )
+    tail = f"FROM ({per_run}) AS runs GROUP BY backend_id"
+    return figure_select(d, f"run:{w}", tail, backend_id="backend_id", p50=d.pct("span", 0.5), p90=d.pct("span", 0.9))
 
 
 def job_rows(rows) -> list[dict]:
@@ -297,7 +259,7 @@ class DatabaseStore:
         columns = {w: tuple(dict.fromkeys(c for kind, ww in asks if ww == w for c in NEEDS[kind])) for w in windows}
         sql = latest_sql(d, windows, backend=backend_id is not None, columns=columns)
         if d.pg:
-            sql += runs_sql(d, windows, asks, backend=backend_id is not None)
+            sql += runs.runs_ctes(asks, backend=backend_id is not None)
             sql += stats.stats_ctes(windows, asks, backend=backend_id is not None)
         return fetch(
             sql + "\nUNION ALL ".join(figure_selects(d, asks, windows, backend=backend_id is not None)),

@@ -135,6 +135,36 @@ def test_pr_run_time_spans_first_start_to_last_finish_of_latest_attempts(make_ba
     assert p90[backend.id] == pytest.approx(3 * 3600, abs=1)
 
 
+def a_run_across_a_window_start(backend) -> None:
+    """PR 6's run began 9 days ago and ended 6 days ago (its lint job's re-run is running, so lint is left out); PR 7's
+    ended 8 days ago."""
+    pr = pull_request(6, "6" * 40)
+    d = dispatch(backend, sha=pr.head_sha, at=ago(days=10), pr=pr)
+    job(backend, name="build", finished=ago(days=8), started_at=ago(days=9), dispatch_=d)
+    job(backend, name="test", finished=ago(days=6), started_at=ago(days=7), dispatch_=d)
+    job(backend, name="lint", finished=ago(days=1), started_at=ago(days=9, hours=12), dispatch_=d, run_attempt=1)
+    job(backend, name="lint", conclusion="", finished=ago(hours=1), dispatch_=d, run_attempt=2, run_id="lint-2")
+    old = pull_request(7, "7" * 40)
+    job(
+        backend,
+        name="build",
+        finished=ago(days=8),
+        dispatch_=dispatch(backend, sha=old.head_sha, at=ago(days=9), pr=old),
+    )
+
+
+def test_a_run_counts_in_a_window_by_its_last_finish_with_its_whole_time(make_backend):
+    """A run that began before the window and ended in it took all of it; a job whose re-run is still running is
+    left out (its older attempt is no longer its result), and a run that ended before the window is not in it."""
+    backend = make_backend("whole/npu", "L3", device="w")
+    a_run_across_a_window_start(backend)
+
+    p90 = pages.pr_run_p90(queries.store(), since=ago(days=7))
+
+    assert p90 == {backend.id: pytest.approx(3 * 86400, abs=1)}  # PR 6's whole run; PR 7's ended before
+    assert pages.pr_run_p90(queries.store(), since=ago(days=5)) == {}
+
+
 def test_the_matrix_keys_rows_by_head_sha_and_shows_lost_dispatches():
     s = scenario.build()
 

@@ -181,6 +181,20 @@ def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb
     assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id], pr_numbers=[], job_ids=[])
 
 
+def test_a_run_across_a_window_start_has_the_same_time_in_both_stores(settings, chdb_url, make_backend):
+    from tests.hud.figures.test_queries import a_run_across_a_window_start
+
+    backend = make_backend("whole/npu", "L3", device="w")
+    a_run_across_a_window_start(backend)
+    settings.CLICKHOUSE_URL = chdb_url
+    copy_jobs.replicate()
+
+    found = assert_same_figures(
+        settings, chdb_url, events=("pull_request",), backend_ids=[backend.id], pr_numbers=[], job_ids=[]
+    )
+    assert found["readiness"][backend.id].demotion.e2e_p50 == pytest.approx(3 * 86400, abs=1)  # 7 days: PR 6 alone
+
+
 def test_readiness_at_each_gates_edge_is_the_same_in_both_stores(settings, chdb_url, make_backend):
     from tests.hud.readiness.test_readiness import pr_jobs
 

@@ -129,22 +129,6 @@ def test_the_roll_up_gives_the_gate_figures_of_the_latest_attempts(seed):
             assert_same(gates_kept(event, since, bid), gates_by_sort(event, since, bid))
 
 
-def runs_by_sort(since) -> dict[int, tuple[float, float]]:
-    """Per backend: p50 and p90 (continuous) of its runs' times, a run being the finished latest attempts the sort
-    picks of one (PR, tested SHA): from the earliest start (else report time) to the last finish."""
-    runs: dict[tuple, list] = defaultdict(list)
-    for j in JobResult.objects.filter(pk__in=latest_by_sort("pull_request", since)).exclude(outcome="running"):
-        runs[j.backend_id, j.pr_number, j.job_sha].append(j)
-    spans = defaultdict(list)
-    for (bid, _, _), jobs in runs.items():
-        spans[bid].append(max(j.finished_at for j in jobs) - min(j.started_at or j.created_at for j in jobs))
-    return {bid: (percentile(found, 0.5), percentile(found, 0.9)) for bid, found in spans.items()}
-
-
-def percentile(values: list[timedelta], p: float) -> float:
-    return percentile_of([v.total_seconds() for v in values], p)
-
-
 def percentile_of(values: list[float], p: float) -> float | None:
     """``percentile_cont(p)``: the values at ranks ⌊p(n−1)⌋ and ⌈p(n−1)⌉ of the sorted values, interpolated."""
     if not values:
@@ -154,21 +138,6 @@ def percentile_of(values: list[float], p: float) -> float | None:
     low = int(at)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_the_run_times_of_windows_read_in_one_pass_are_each_windows_own(seed):
-    timed_histories(seed)
-    rng = random.Random(seed)
-    windows = {f"w{i}": ("pull_request", since) for i, since in enumerate(starts(rng))}
-
-    rows = DatabaseStore().figure_rows(windows=windows, asks=[("run", w) for w in windows])
-    for w, (_, since) in windows.items():
-        mine = {r["backend_id"]: (r["p50"], r["p90"]) for r in rows if r["kind"] == f"run:{w}"}
-        want = runs_by_sort(since)
-        assert mine.keys() == want.keys()
-        for bid, (p50, p90) in want.items():
-            assert mine[bid] == pytest.approx((p50, p90), abs=1e-6)
 
 
 def stats_by_sort(event: str, since, backend_id: int | None = None) -> dict[int, dict]:
