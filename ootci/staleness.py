@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, Max, Q, Window
+from django.db.models import F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber
 
 from ootci.events import Event
@@ -47,11 +47,22 @@ def silences(backends: list[Backend], *, now: datetime) -> dict[int, Silence]:
     if not backends:
         return {}
     ids = [b.pk for b in backends]
+    # Each backend's newest result of each event, one index probe each (job_backend_event_time, read backwards): an
+    # aggregate over the backends' results read every nightly and periodic one (50 ms at 1,000,000 job results).
+    events = (Event.NIGHTLY, Event.PERIODIC)
+    newest_of = {
+        event: Subquery(
+            JobResult.objects.filter(backend_id=OuterRef("pk"), event_type=event)
+            .order_by("-created_at")
+            .values("created_at")[:1]
+        )
+        for event in events
+    }
     newest = {
-        (r["backend_id"], r["event_type"]): r["at"]
-        for r in JobResult.objects.filter(backend_id__in=ids, event_type__in=[Event.NIGHTLY, Event.PERIODIC])
-        .values("backend_id", "event_type")
-        .annotate(at=Max("created_at"))
+        (r["pk"], event): r[event]
+        for r in Backend.objects.filter(pk__in=ids).annotate(**newest_of).values("pk", *events)
+        for event in events
+        if r[event] is not None
     }
     found: dict[int, Silence] = {}
     for b in backends:
