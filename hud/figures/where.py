@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Q
 
 from hud.stores.types import Job, Matrix
 from ootci import runners
@@ -46,14 +46,14 @@ def environments(job_ids: list[int]) -> dict[int, dict]:
 
 
 def hardware_share(*, backend_id: int, event: str, since: datetime) -> HardwareShare:
-    """Of the backend's job attempts of ``event`` finished since ``since``, how many name their device or runner."""
+    """Of the backend's job attempts of ``event`` finished since ``since``, how many name their device or runner: two
+    counts, each an index-only scan on PostgreSQL (migration ootci 0046), where one count with a filter read every
+    attempt's environment."""
     hardware = Q()
     for key in HARDWARE_KEYS:
         hardware |= Q(environment__has_key=key)
-    found = JobResult.objects.filter(backend_id=backend_id, event_type=event, finished_at__gte=since).aggregate(
-        jobs=Count("pk"), with_hardware=Count("pk", filter=hardware)
-    )
-    return HardwareShare(jobs=found["jobs"], with_hardware=found["with_hardware"])
+    attempts = JobResult.objects.filter(backend_id=backend_id, event_type=event, finished_at__gte=since)
+    return HardwareShare(jobs=attempts.count(), with_hardware=attempts.filter(hardware).count())
 
 
 def environment_matches(env: dict | None, *, runner: str, device: str) -> bool:
