@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, OuterRef, Q, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db.models import F, OuterRef, Subquery
 
 from ootci.events import Event
 from ootci.models import Backend, Dispatch, JobResult
@@ -84,19 +83,23 @@ def silences(backends: list[Backend], *, now: datetime) -> dict[int, Silence]:
 
 def _unanswered(backends: list[Backend], *, now: datetime) -> dict[int, Silence]:
     """Backends whose last PR_UNANSWERED sent pull-request dispatches (each older than their grace) got no callback:
-    two queries for any number of backends."""
+    each backend's last ones by its newest dispatches (the dispatch table's backend and creation index, read backwards),
+    then one query for their callbacks. Numbering every sent PR dispatch by backend took 25–35 ms at 20,000."""
     if not backends:
         return {}
-    due = Q()
-    for b in backends:
-        due |= Q(backend_id=b.pk, created_at__lte=now - timedelta(minutes=b.stale_grace_minutes))
     newest = [F("created_at").desc(), F("id").desc()]
-    last = list(
-        Dispatch.objects.filter(due, status=Dispatch.Status.SENT, delivery__event=Event.PULL_REQUEST)
-        .annotate(n=Window(RowNumber(), partition_by=F("backend_id"), order_by=newest))
-        .filter(n__lte=PR_UNANSWERED)
-        .values_list("pk", "backend_id", "created_at")
-    )
+    last = [
+        row
+        for b in backends
+        for row in Dispatch.objects.filter(
+            backend_id=b.pk,
+            created_at__lte=now - timedelta(minutes=b.stale_grace_minutes),
+            status=Dispatch.Status.SENT,
+            delivery__event=Event.PULL_REQUEST,
+        )
+        .order_by(*newest)
+        .values_list("pk", "backend_id", "created_at")[:PR_UNANSWERED]
+    ]
     answered = set(
         JobResult.objects.filter(dispatch_id__in=[pk for pk, _, _ in last]).values_list("dispatch_id", flat=True)
     )
