@@ -1,7 +1,7 @@
 """Run times of rolling windows (migration ootci 0045, ``hud.stores.db.runs``): on random histories written by every
-path, ``ootci_jobrun`` equals a recount from the job results and ``ootci_jobrunday`` one from it, and the database store's p50 and p90 per backend equal
-those of the runs of the newest attempts counted here in Python — exact, also where many runs take the same time —
-for windows starting at random times, for every backend and for one."""
+path, ``ootci_jobrun`` equals a recount from the job results and ``ootci_jobrunday`` one from it, and the database
+store's p50 and p90 per backend equal those of the runs of the newest attempts counted here in Python — exact, also
+where many runs take the same time — for windows starting at random times, for every backend and for one."""
 
 import importlib
 import random
