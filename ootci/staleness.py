@@ -8,7 +8,8 @@ Each backend has a cadence per event (``Backend.nightly_cadence_minutes``, ``per
 - or its last PR_UNANSWERED pull-request dispatches, each sent more than the grace ago, got no callback at all.
 
 It is said on the HUD ("silent for 31 h"), in the ``stale_results`` incident (``relay.alerts.incidents``), and it ends
-with the next report. Read by a few aggregate queries for any number of backends.
+with the next report. Read by a few queries for any number of backends, and one small one per backend that gets PR
+dispatches (its last PR_UNANSWERED, by index).
 """
 
 from __future__ import annotations

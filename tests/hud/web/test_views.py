@@ -185,7 +185,8 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
     [
         # the allowlist; the figures' statement and their lost dispatches; the readiness statement, its lost
         # dispatches and the gate notices; relay health (dispatches, deliveries, rejections); silent backends (the
-        # backends, their newest nightly/periodic results, their last PR dispatches, which of those were answered)
+        # backends, their newest nightly/periodic results, the last PR dispatches of each backend that gets them (one
+        # backend here), which of those were answered)
         ("/oot/", 13),
         ("/oot/?days=30&event=push", 13),
         # the allowlist; the readiness statement, its lost dispatches; the gate notices; what the verdicts did (the
@@ -194,8 +195,8 @@ def test_the_navigation_links_every_page_and_the_admin(client, db):
         # the allowlist; the cards (2); the lost dispatches' SHAs; the store's SHA rows and those of the lost SHAs;
         # the cells; the PR titles; the failed cells' failure lines (hud.failing.lines, one query however many); which
         # re-run attempts the relay started (only when a cell is a re-run: here one is); whether it is silent (4);
-        # where the cells ran (their environments), the hardware share, the sick runners (one query each)
-        ("/oot/acme/npu/", 17),
+        # where the cells ran (their environments), the hardware share (two index-only counts), the sick runners
+        ("/oot/acme/npu/", 18),
         # + the first failing tests of its failing jobs, + their failure lines; + its head's jobs and their failing
         # cases (hud.failing.classes, which looks for baselines only when a test fails)
         ("/oot/pr/101/", 8),
