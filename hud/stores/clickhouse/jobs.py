@@ -35,6 +35,7 @@ one session across its methods (``queries.unit_of_work``). Driver failures surfa
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from typing import Any
 
 from hud.stores.base import (
@@ -97,10 +98,16 @@ def window_parameters(windows: Windows, **extra: Any) -> dict[str, Any]:
     return found
 
 
-def figures_sql(asks: list[Ask], *, backend: bool) -> str:
+def figures_sql(asks: list[Ask], *, backend: bool, windows: Windows | None = None) -> str:
     """The figure rows (as ``store.collect`` reads them) of ``asks``: one SELECT per figure over the latest attempts
-    of its window, as ``store_db.figure_selects``, in one statement (ClickHouse runs the parts side by side)."""
+    of its window, as ``store_db.figure_selects``, in one statement (ClickHouse runs the parts side by side); the run
+    times of the windows of one event (``windows``) share one SELECT (``runs_select``)."""
     selects = []
+    runs = defaultdict(list)
+    for kind, w in asks:
+        if kind == "run":
+            runs[windows[w][0] if windows else w].append(w)
+    selects += [runs_select(names, backend=backend) for names in runs.values()]
     for kind, w in asks:
         latest = f"FROM ({latest_sql(w, backend=backend)})"
         if kind == "stats":
@@ -135,36 +142,37 @@ def figures_sql(asks: list[Ask], *, backend: bool) -> str:
                     dependency_avg="avg(dependency_wait)",
                 )
             )
-        else:
-            selects.append(
-                figure_select(
-                    f"run:{w}",
-                    f"FROM ({runs_sql(w, backend=backend)}) GROUP BY backend_id",
-                    p50="quantileExactInclusive(0.5)(span)",
-                    p90="quantileExactInclusive(0.9)(span)",
-                )
-            )
     return " UNION ALL ".join(selects)
 
 
-def runs_sql(name: str, *, backend: bool = False) -> str:
-    """The runs of window ``name`` with their times (``span``, seconds), as ``hud.stores.db.runs``: a run (backend,
-    PR, tested SHA) from the earliest start of its jobs' newest attempts (``newer_finished_at`` 1970) that are not
-    running to their last finish, counted when that finish is in the window. A run's attempts may be older than the
-    window, so the event's newest attempts are read FINAL whenever they finished: at 1,000,000 job results the readiness
-    figures took 620 ms this way (440 before, when a run was cut at the window's start), against 1,390 ms when the
-    runs ending in the window were found first and matched by (backend, PR, SHA)."""
-    since = f"{{{name}_since:DateTime64(6, 'UTC')}}"
+def runs_select(names: list[str], *, backend: bool = False) -> str:
+    """The run times of the windows ``names`` (one event), as ``hud.stores.db.runs``: a run (backend, PR, tested SHA)
+    from the earliest start of its jobs' newest attempts (``newer_finished_at`` 1970) that are not running to their
+    last finish, counted in each window where that finish is. A run's attempts may be older than the window, so the
+    event's newest attempts are read FINAL whenever they finished, once for all the windows: at 1,000,000 job results
+    the readiness figures (two windows) took 1,390 ms when the runs ending in a window were found first and matched by
+    (backend, PR, SHA), 620–715 ms with one read per window (440–500 before, when a run was cut at the window's
+    start), 520–525 ms with one read (the old tree 490–510 ms in the same run)."""
+    first = names[0]
     newest = (
-        f"event_type = {{{name}_event:String}} AND newer_finished_at = toDateTime64(0, 6, 'UTC') "
+        f"event_type = {{{first}_event:String}} AND newer_finished_at = toDateTime64(0, 6, 'UTC') "
         "AND outcome != 'running'"
     )
     if backend:
         newest += " AND backend_id = {backend_id:UInt64}"
     span = "dateDiff('microsecond', min(coalesce(started_at, created_at)), max(finished_at)) / 1e6"
-    return f"""
-    SELECT backend_id, {span} AS span FROM {clickhouse.TABLE} FINAL WHERE {newest}
-    GROUP BY backend_id, pr_number, job_sha HAVING max(finished_at) >= {since}"""
+    per_run = (
+        f"SELECT backend_id, {span} AS span, max(finished_at) AS last FROM {clickhouse.TABLE} FINAL WHERE {newest} "
+        "GROUP BY backend_id, pr_number, job_sha"
+    )
+    labels = ", ".join(f"'run:{w}'" for w in names)
+    starts = ", ".join(f"{{{w}_since:DateTime64(6, 'UTC')}}" for w in names)
+    tail = (
+        f"FROM ({per_run}) ARRAY JOIN [{labels}] AS window_kind, [{starts}] AS window_since "
+        "WHERE last >= window_since GROUP BY window_kind, backend_id"
+    )
+    p50, p90 = "quantileExactInclusive(0.5)(span)", "quantileExactInclusive(0.9)(span)"
+    return figure_select("", tail, p50=p50, p90=p90).replace("SELECT '' AS kind", "SELECT window_kind AS kind", 1)
 
 
 def figure_select(kind: str, tail: str, **columns: str) -> str:
@@ -185,7 +193,7 @@ def jobs(where: str, **parameters: Any) -> list[dict[str, Any]]:
 
 class ClickHouseStore:
     def figure_rows(self, *, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> list[dict]:
-        sql = figures_sql(asks, backend=backend_id is not None)
+        sql = figures_sql(asks, backend=backend_id is not None, windows=windows)
         with clickhouse.session():
             return select(sql, **window_parameters(windows, backend_id=backend_id))
 
