@@ -17,6 +17,8 @@ recount.
 
 from __future__ import annotations
 
+from hud.stores.db import percentiles
+
 PERCENTILES = {"p50": 0.5, "p90": 0.9}
 
 
@@ -60,16 +62,8 @@ def ctes(w: str, *, backend: bool) -> str:
         SELECT b.backend_id, b.bucket, v.sorted FROM (SELECT DISTINCT backend_id, bucket FROM runpick_{w}) AS b
         CROSS JOIN LATERAL (SELECT array_agg(r.seconds ORDER BY r.seconds) AS sorted FROM ootci_jobrun r
             WHERE {mine} AND r.backend_id = b.backend_id AND r.bucket = b.bucket) AS v"""
-    valued = f"""
-        SELECT k.backend_id, k.name, k.place, MIN(r.sorted[k.at + 1]) FILTER (WHERE k.rank = floor(k.place)) AS low,
-               MIN(r.sorted[k.at + 1]) FILTER (WHERE k.rank = ceil(k.place)) AS high
-        FROM runpick_{w} k JOIN runread_{w} r USING (backend_id, bucket) GROUP BY k.backend_id, k.name, k.place"""
-    pivot = ", ".join(f"MAX(CASE WHEN name = '{name}' THEN value END) AS {name}" for name in PERCENTILES)
-    found = f"""
-        SELECT backend_id, {pivot} FROM (
-            SELECT backend_id, name, CASE WHEN floor(place) = ceil(place) THEN low
-                   ELSE low + (place - floor(place)) * (high - low) END AS value FROM runvalues_{w}) AS found
-        GROUP BY backend_id"""
+    valued = percentiles.rank_values(f"runpick_{w}", f"runread_{w}", "backend_id, bucket")
+    found = percentiles.interpolated(f"runvalues_{w}", PERCENTILES)
     named = {"runcum": counted, "runpick": picked, "runread": read, "runvalues": valued, "runs": found}
     # Each bucket read once, whichever ranks it holds.
     return "".join(

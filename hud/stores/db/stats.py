@@ -20,7 +20,7 @@ tests/hud/stores/test_rollup.py holds each to the sort's latest attempts on rand
 
 from __future__ import annotations
 
-from hud.stores.db import rollup
+from hud.stores.db import percentiles, rollup
 
 # What a latest attempt is in window w, on the job results (hud.stores.db.jobs.latest_sql).
 LATEST = (
@@ -91,16 +91,8 @@ def ctes(w: str, *, backend: bool) -> str:
         SELECT b.backend_id, b.measure, b.bucket, v.sorted FROM (SELECT DISTINCT backend_id, measure, bucket
             FROM picked_{w}) AS b
         CROSS JOIN LATERAL (SELECT array_agg(seconds ORDER BY seconds) AS sorted FROM ({buckets}) AS rows_) AS v"""
-    valued = f"""
-        SELECT p.backend_id, p.name, p.place, MIN(r.sorted[p.at + 1]) FILTER (WHERE p.rank = floor(p.place)) AS low,
-               MIN(r.sorted[p.at + 1]) FILTER (WHERE p.rank = ceil(p.place)) AS high
-        FROM picked_{w} p JOIN read_{w} r USING (backend_id, measure, bucket) GROUP BY p.backend_id, p.name, p.place"""
-    pivot = ", ".join(f"MAX(CASE WHEN name = '{c}' THEN value END) AS {c}" for c in PERCENTILES)
-    percentiles = f"""
-        SELECT backend_id, {pivot} FROM (
-            SELECT backend_id, name, CASE WHEN floor(place) = ceil(place) THEN low
-                   ELSE low + (place - floor(place)) * (high - low) END AS value FROM values_{w}) AS found
-        GROUP BY backend_id"""
+    valued = percentiles.rank_values(f"picked_{w}", f"read_{w}", "backend_id, measure, bucket")
+    found = percentiles.interpolated(f"values_{w}", PERCENTILES)
     prs = f"""
         SELECT backend_id, SUM(n) AS prs FROM (
             SELECT backend_id, prs AS n FROM ootci_jobprday
@@ -136,7 +128,7 @@ def ctes(w: str, *, backend: bool) -> str:
         "picked": picked,
         "read": read,
         "values": valued,
-        "percentiles": percentiles,
+        "percentiles": found,
         "prs": prs,
         "last": last,
     }
