@@ -141,8 +141,8 @@ WATCHED = (
 )
 
 
-def unchanged() -> str:
-    before, after = (", ".join(f"{t}.{c}" for c in WATCHED.split(", ")) for t in ("o", "n"))
+def unchanged(watched: str = WATCHED) -> str:
+    before, after = (", ".join(f"{t}.{c}" for c in watched.split(", ")) for t in ("o", "n"))
     return f"""
     IF NOT EXISTS (SELECT FROM old_rows o JOIN new_rows n USING (id) WHERE ({before}) IS DISTINCT FROM ({after})) THEN
         RETURN NULL;

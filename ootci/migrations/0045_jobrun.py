@@ -100,16 +100,8 @@ def run_statements(op: str) -> str:
     return f"{lock};{move};"
 
 
-def unchanged() -> str:
-    before, after = (", ".join(f"{t}.{c}" for c in WATCHED.split(", ")) for t in ("o", "n"))
-    return f"""
-    IF NOT EXISTS (SELECT FROM old_rows o JOIN new_rows n USING (id) WHERE ({before}) IS DISTINCT FROM ({after})) THEN
-        RETURN NULL;
-    END IF;"""
-
-
 def function(op: str) -> str:
-    first = unchanged() if op == "UPDATE" else ""
+    first = times.unchanged(WATCHED) if op == "UPDATE" else ""
     days, histogram = times.add_days(times.changes(times.ROWS, op)), times.add_times(times.changes(times.TIMES, op))
     return f"""
 CREATE OR REPLACE FUNCTION ootci_jobday_{op.lower()}() RETURNS trigger LANGUAGE plpgsql AS $$
