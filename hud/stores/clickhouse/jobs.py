@@ -98,7 +98,7 @@ def window_parameters(windows: Windows, **extra: Any) -> dict[str, Any]:
     return found
 
 
-def figures_sql(asks: list[Ask], *, backend: bool, windows: Windows | None = None) -> str:
+def figures_sql(asks: list[Ask], windows: Windows, *, backend: bool) -> str:
     """The figure rows (as ``store.collect`` reads them) of ``asks``: one SELECT per figure over the latest attempts
     of its window, as ``store_db.figure_selects``, in one statement (ClickHouse runs the parts side by side); the run
     times of the windows of one event (``windows``) share one SELECT (``runs_select``)."""
@@ -106,7 +106,7 @@ def figures_sql(asks: list[Ask], *, backend: bool, windows: Windows | None = Non
     runs = defaultdict(list)
     for kind, w in asks:
         if kind == "run":
-            runs[windows[w][0] if windows else w].append(w)
+            runs[windows[w][0]].append(w)
     selects += [runs_select(names, backend=backend) for names in runs.values()]
     for kind, w in asks:
         latest = f"FROM ({latest_sql(w, backend=backend)})"
@@ -172,13 +172,15 @@ def runs_select(names: list[str], *, backend: bool = False) -> str:
         "WHERE last >= window_since GROUP BY window_kind, backend_id"
     )
     p50, p90 = "quantileExactInclusive(0.5)(span)", "quantileExactInclusive(0.9)(span)"
-    return figure_select("", tail, p50=p50, p90=p90).replace("SELECT '' AS kind", "SELECT window_kind AS kind", 1)
+    return figure_select("window_kind", tail, p50=p50, p90=p90, kind_is_column=True)
 
 
-def figure_select(kind: str, tail: str, **columns: str) -> str:
-    """One SELECT with every column of ``store.FIGURE_COLUMNS`` (NULL where ``columns`` gives none)."""
+def figure_select(kind: str, tail: str, *, kind_is_column: bool = False, **columns: str) -> str:
+    """One SELECT with every column of ``store.FIGURE_COLUMNS`` (NULL where ``columns`` gives none); its kind is
+    ``kind``, or the column of that name."""
     picked = ", ".join(f"{columns.get(name, 'NULL')} AS {name}" for name in FIGURE_COLUMNS if name != "backend_id")
-    return f"SELECT '{kind}' AS kind, backend_id, {picked} {tail}"
+    named = kind if kind_is_column else f"'{kind}'"
+    return f"SELECT {named} AS kind, backend_id, {picked} {tail}"
 
 
 def select(sql: str, **parameters: Any) -> list[dict[str, Any]]:
@@ -193,7 +195,7 @@ def jobs(where: str, **parameters: Any) -> list[dict[str, Any]]:
 
 class ClickHouseStore:
     def figure_rows(self, *, windows: Windows, asks: list[Ask], backend_id: int | None = None) -> list[dict]:
-        sql = figures_sql(asks, backend=backend_id is not None, windows=windows)
+        sql = figures_sql(asks, windows, backend=backend_id is not None)
         with clickhouse.session():
             return select(sql, **window_parameters(windows, backend_id=backend_id))
 
