@@ -7,6 +7,9 @@ from django import template
 from django.http import QueryDict
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+from django.utils.timezone import template_localtime
 
 from hud.web import charts
 
@@ -239,3 +242,45 @@ def history_url(generic_id: str) -> str:
         return reverse("hud:test", args=[generic_id]) if generic_id else ""
     except NoReverseMatch:
         return ""
+
+
+NOT_RUN = '<span class="muted">not run</span>'
+NO_VALUE = '<span class="muted">—</span>'
+BASELINE_CELL = {"passed": "passed", "failing": '<span class="fail">failed</span>', "absent": NOT_RUN}
+ELSEWHERE_CELL = {"passes": "passes", "fails": '<span class="fail">fails too</span>'}
+ONLY_HERE = ' <span class="badge neutral" data-class="only here">only here</span>'
+
+
+@register.simple_tag
+def failing_test_rows(tests, backend) -> str:
+    """The rows of a failing-tests table (``_failing_tests.html``), written here rather than in the template: the PR
+    page shows up to 12 backends' tables, about a thousand rows, and the template's tags for them took 100 ms of the
+    page's server time (49 µs a row as ``format_html`` per row, 15 µs of it the job's URL reversed)."""
+    job_url = reverse("hud:job", args=(backend.org, backend.name, 0)).removesuffix("0/")
+    return mark_safe("".join(_failing_test_row(t, job_url) for t in tests))
+
+
+def _failing_test_row(t, job_url: str) -> str:
+    test_id = escape(t.test_id)
+    message = f'<br><span class="mono muted">{escape(t.message)}</span>' if t.message else ""
+    badge = "bad" if t.verdict == "new" else "neutral"
+    verdict = f'<span class="badge {badge}" data-verdict="{t.verdict}">{t.verdict}</span>'
+    if t.only_here:
+        verdict += ONLY_HERE
+    if t.flaky_why:
+        verdict += f'<br><span class="muted" data-evidence>{escape(", ".join(t.flaky_why))}</span>'
+    flakiness = NO_VALUE if t.flakiness is None else pct(t.flakiness_pct)
+    since = ""
+    if t.since:
+        streak = "20+" if t.streak >= 20 else t.streak
+        since = (
+            f'<time datetime="{template_localtime(t.since).isoformat()}" title="{utc(t.since)}">{ago(t.since)}</time>'
+            f' <span class="mono muted">{escape(short_sha(t.since_sha))}</span> · {streak} in a row'
+        )
+    return (
+        f'<tr data-test="{test_id}"><td><code>{test_id}</code>{message}</td><td>{verdict}</td>'
+        f"<td>{BASELINE_CELL.get(t.baseline, NO_VALUE)}</td>"
+        f"<td>{ELSEWHERE_CELL.get(t.elsewhere, NOT_RUN)}</td>"
+        f'<td class="num">{flakiness} <span class="muted">({t.results})</span></td><td>{since}</td>'
+        f'<td><a href="{job_url}{t.job_id}/">{escape(", ".join(t.jobs))}</a></td></tr>'
+    )
