@@ -109,9 +109,16 @@ def rerun_request(delivery_pk: int, attempt: int = 1, only: list[list] | None = 
 # --- test reports ------------------------------------------------------------------------------
 
 
-def job_reports_pull(job_id: int, attempt: int = 1) -> dict[str, int]:
-    """Enqueued on commit by a completed callback of a GitHub Actions job; retries schedule it again."""
-    return pull.job_reports_pull(job_id=job_id, attempt=attempt)
+def job_reports_pull(job_id: int, attempt: int = 1, artifacts: list[dict] | None = None) -> dict[str, int]:
+    """Enqueued on commit by a completed callback of a GitHub Actions job, with the artifacts its run's listing
+    shows for it; retries schedule it again (and list the run again)."""
+    return pull.job_reports_pull(job_id=job_id, attempt=attempt, artifacts=artifacts)
+
+
+def run_reports_pull(job_id: int, attempt: int = 1) -> str:
+    """Enqueued when a completed job's run could not be listed, and by the sweeper for a job it timed out: the
+    job's reports and those of its run attempt's jobs that waited for it; retries schedule it again."""
+    return follow_up.run_reports_pull(job_id=job_id, attempt=attempt)
 
 
 def report_parse(report_id: int) -> str:

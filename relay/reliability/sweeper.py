@@ -2,16 +2,19 @@
 
 A job in progress for longer than ZOMBIE_TIMEOUT_HOURS is concluded as ``timed_out``, decided by the relay, through
 the one state machine (``ootci.jobs``): a completion arriving meanwhile wins, and a genuine completion arriving
-later still replaces the relay's verdict. Lost dispatches are only counted here (``Dispatch.objects.lost``); the
-HUD shows them.
+later still replaces the relay's verdict. Its run attempt's successful jobs waited for it to list their reports
+(``relay.reports.artifacts``): one job per run attempt is followed up for them. Lost dispatches are only counted
+here (``Dispatch.objects.lost``); the HUD shows them.
 """
 
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from ootci.jobs import Report, job_report_apply
 from ootci.models import Dispatch, JobResult, lost_cutoff
@@ -35,6 +38,7 @@ def jobs_sweep(*, now: datetime | None = None) -> SweepResult:
     cutoff = lost_cutoff(now)
     stale = Q(started_at__lt=cutoff) | Q(started_at__isnull=True, created_at__lt=cutoff)
     timed_out: list[int] = []
+    runs: dict[tuple, int] = {}  # a timed-out job of each run attempt
     after = 0
     while True:
         batch = list(
@@ -53,11 +57,14 @@ def jobs_sweep(*, now: datetime | None = None) -> SweepResult:
             )
             if job_report_apply(key=job.attempt_key, report=verdict).changed:
                 timed_out.append(job.pk)
+                runs.setdefault(tuple(v for k, v in job.attempt_key.items() if k != "job_name"), job.pk)
         if len(batch) < SWEEP_BATCH:
             break
         after = batch[-1].pk
     if timed_out:
         check_runs.check_runs_after_sweep(timed_out)
+        for job_id in runs.values():
+            transaction.on_commit(lambda pk=job_id: async_task("relay.tasks.run_reports_pull", pk), robust=True)
     lost = Dispatch.objects.lost(since=cutoff - LOST_LOOKBACK, now=now).count()
     if timed_out or lost:
         logger.warning(

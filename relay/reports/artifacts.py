@@ -4,7 +4,10 @@
 A 100-shard run used to list its artifacts 100 times, once per completed job: 100 of the App installation's 5,000
 requests an hour. A listing is kept per run and serves every job that completed before it was taken: the reporter
 runs after a job's upload step, so such a listing already shows what the job uploaded (with LISTING_MARGIN for
-clocks of other hosts). A job that completed after it lists the run again.
+clocks of other hosts). Shards finish minutes apart, though, so that alone still listed about once per job: a
+successful job whose run attempt still has a job in progress waits (``job_defers_listing``), and the attempt's last
+job to complete lists once for itself and those that waited (``run_deferred_jobs``). A failed job lists at once: its
+failing tests are what its users come for. A job the sweeper times out ends its run attempt the same way.
 """
 
 import fnmatch
@@ -43,9 +46,10 @@ def artifact_id_named(job: JobResult) -> int | None:
     return int(number)
 
 
-def job_artifacts(job: JobResult) -> list[dict[str, Any]]:
-    """The artifacts that hold the job's reports: the one its ``artifact_url`` names, else those of its run whose
-    name matches the backend's report pattern and the job's name. GitHubError when GitHub cannot say."""
+def job_artifacts(job: JobResult, listing: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The artifacts that hold the job's reports: the one its ``artifact_url`` names, else those of its run (in
+    ``listing``, else listed) whose name matches the backend's report pattern and the job's name. GitHubError when
+    GitHub cannot say."""
     named = artifact_id_named(job)
     if named is not None:
         return [{"id": named, "name": "", "size_in_bytes": 0, "expired": False}]
@@ -54,24 +58,57 @@ def job_artifacts(job: JobResult) -> list[dict[str, Any]]:
     pattern = job.backend.report_pattern or "test-reports*"
     return [
         item
-        for item in _run_artifacts(job)
+        for item in (_run_artifacts([job]) if listing is None else listing)
         if fnmatch.fnmatchcase(item["name"], pattern) and job.job_name in item["name"] and not item["expired"]
     ]
 
 
-def job_artifacts_to_pull(job: JobResult) -> list[dict[str, Any]]:
-    """The job's artifacts not pulled yet (GitHubError when GitHub cannot say)."""
-    found = job_artifacts(job)
+def reports_to_pull(jobs: list[JobResult]) -> dict[JobResult, list[dict[str, Any]]]:
+    """Those of ``jobs`` (of one run) with artifacts not pulled yet, and those artifacts, from one listing of the run
+    (GitHubError when GitHub cannot say): handed to the pull, which then does not list the run again."""
+    listing = None if all(artifact_id_named(job) is not None for job in jobs) else _run_artifacts(jobs)
+    found = {job: items for job in jobs if (items := job_artifacts(job, listing))}
     if not found:  # most jobs: no report uploaded, nothing to compare
-        return []
-    pulled = set(TestReport.objects.filter(job=job, artifact_id__isnull=False).values_list("artifact_id", flat=True))
-    return [item for item in found if item["id"] not in pulled]
+        return {}
+    pulled = set(
+        TestReport.objects.filter(job__in=found, artifact_id__isnull=False).values_list("job_id", "artifact_id")
+    )
+    wanted = {job: [item for item in items if (job.pk, item["id"]) not in pulled] for job, items in found.items()}
+    return {job: items for job, items in wanted.items() if items}
 
 
-def _run_artifacts(job: JobResult) -> list[dict[str, Any]]:
+def job_defers_listing(job: JobResult) -> bool:
+    """A successful job whose reports need its run listed: while its run attempt has a job in progress, the last of
+    them lists for it."""
+    return job.conclusion == "success" and artifact_id_named(job) is None
+
+
+def run_deferred_jobs(job: JobResult) -> list[JobResult]:
+    """The other completed jobs of ``job``'s run attempt that waited for its last job to list the run."""
+    siblings = JobResult.objects.filter(
+        backend_id=job.backend_id,  # the unique attempt index's first columns: one delivery's workflow run
+        delivery_id=job.delivery_id,
+        workflow_name=job.workflow_name,
+        run_id=job.run_id,
+        run_attempt=job.run_attempt,
+        status=JobResult.Status.COMPLETED,
+        conclusion="success",
+    ).exclude(pk=job.pk)
+    found = []
+    for sibling in siblings.order_by("pk"):
+        sibling.backend = job.backend
+        if job_defers_listing(sibling):
+            found.append(sibling)
+    return found
+
+
+def _run_artifacts(jobs: list[JobResult]) -> list[dict[str, Any]]:
+    """The listing of the run of ``jobs`` (one run's), taken after each of them completed."""
+    job = jobs[0]
+    done = [j.completed_at or j.updated_at for j in jobs]
     return run_listing(
         key=f"relay:run-artifacts:{job.backend.repo.lower()}:{job.run_id}",
-        done=job.completed_at or job.updated_at,
+        done=None if None in done else max(done),
         fetch=lambda: github.run_artifacts(repo=job.backend.repo, run_id=int(job.run_id)),
     )
 

@@ -2,25 +2,32 @@
 
 import logging
 import re
+from datetime import timedelta
 
 from django.db import transaction
-from django_q.tasks import async_task
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.tasks import async_task, schedule
 
 from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
 from ootci.rows import columns, related_columns, rows_as
 from relay.alerts import incidents
 from relay.github import client as github
-from relay.reports import logs
-from relay.reports.artifacts import job_artifacts_to_pull
+from relay.reports import artifacts, logs, pull
 
 logger = logging.getLogger(__name__)
 
 GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 # The task's reads written out, mapped as raw() maps them (ootci.rows): compiling the ORM's select_related read of
 # the job, its backend and its failure took a quarter of this task's CPU (py-spy, tests/bench/bench_callback.py).
+# ``run_running``: whether another job of its run attempt is still in progress (by the unique attempt index).
 JOB = (
     f"SELECT {columns(JobResult, 'job')}, {related_columns(Backend, 'backend')},"
-    f" {related_columns(JobFailure, 'failure')}"
+    f" {related_columns(JobFailure, 'failure')},"
+    f" EXISTS (SELECT 1 FROM {JobResult._meta.db_table} run WHERE run.backend_id = job.backend_id"
+    " AND run.delivery_id = job.delivery_id AND run.workflow_name = job.workflow_name AND run.run_id = job.run_id"
+    f" AND run.run_attempt = job.run_attempt AND run.status <> '{JobResult.Status.COMPLETED}' AND run.id <> job.id)"
+    " AS run_running"
     f" FROM {JobResult._meta.db_table} job JOIN {Backend._meta.db_table} backend ON backend.id = job.backend_id"
     f" LEFT JOIN {JobFailure._meta.db_table} failure ON failure.job_id = job.id WHERE job.id = %s"
 )
@@ -49,20 +56,52 @@ def job_read(job_id: int) -> JobResult | None:
     return found[0] if found else None
 
 
-def job_reports_pull_wanted(job: JobResult) -> None:
+def job_reports_pull_wanted(job: JobResult, *, attempt: int = 0) -> str:
     """After a new completed callback of a GitHub Actions job (numeric run id): queue the pull of its reports when
-    its run has an artifact of it not pulled yet (the run's listing is shared by its jobs,
-    ``relay.reports.artifacts``); when GitHub cannot say, the pull task asks again and retries."""
+    its run has an artifact of it not pulled yet, and, when it is the last job of its run attempt to complete, of
+    the successful jobs that waited for it (one listing for all, ``relay.reports.artifacts``). When GitHub cannot
+    say, ``run_reports_pull`` asks again (``attempt``: that task's, 0 in the follow-up)."""
     if job.status != JobResult.Status.COMPLETED or not GITHUB_RUN_ID.match(job.run_id):
-        return
+        return "not a GitHub Actions job"
+    if job.run_running and artifacts.job_defers_listing(job):
+        return "waits for its run"
+    jobs = [job] if job.run_running else [job, *artifacts.run_deferred_jobs(job)]
     try:
-        if not job_artifacts_to_pull(job):
-            return
+        wanted = artifacts.reports_to_pull(jobs)
     except github.GitHubError as e:
-        logger.info("job %s: run artifacts not listed (%s): the pull task tries again", job.pk, e)
-    # Not kept in django-q2's results when it succeeds (save=False): at one per completed job, pruning that table
-    # (a locking read of up to Q_CLUSTER["save_limit"] rows per task) cost more than the pull's own statements.
-    transaction.on_commit(lambda: async_task("relay.tasks.job_reports_pull", job.pk, save=False), robust=True)
+        if attempt == 0 or (e.retryable and attempt < pull.PULL_ATTEMPTS):
+            logger.info("job %s: run artifacts not listed (%s): asked again", job.pk, e)
+            wait = getattr(e, "wait_seconds", pull.PULL_RETRY_SECONDS * attempt)
+            transaction.on_commit(lambda: _run_reports_pull_queue(job.pk, attempt + 1, wait), robust=True)
+        return "not listed"
+    for found, items in wanted.items():
+        # Not kept in django-q2's results when it succeeds (save=False): at one per completed job, pruning that
+        # table (a locking read of up to Q_CLUSTER["save_limit"] rows per task) cost more than the pull's statements.
+        transaction.on_commit(
+            lambda pk=found.pk, items=items: async_task("relay.tasks.job_reports_pull", pk, 1, items, save=False),
+            robust=True,
+        )
+    return f"{len(wanted)} of {len(jobs)} to pull"
+
+
+def run_reports_pull(*, job_id: int, attempt: int = 1) -> str:
+    """``job_reports_pull_wanted`` again, for a job whose run GitHub could not list, or that the sweeper timed out
+    (it may end its run attempt: the jobs that waited for it are pulled)."""
+    job = job_read(job_id)
+    return "missing" if job is None else job_reports_pull_wanted(job, attempt=attempt)
+
+
+def _run_reports_pull_queue(job_id: int, attempt: int, wait: float) -> None:
+    if attempt == 1:  # from the follow-up: at once, as the pull itself was
+        async_task("relay.tasks.run_reports_pull", job_id, attempt)
+        return
+    schedule(
+        "relay.tasks.run_reports_pull",
+        job_id,
+        attempt,
+        schedule_type=Schedule.ONCE,
+        next_run=timezone.now() + timedelta(seconds=wait),
+    )
 
 
 def job_log_classified(job: JobResult) -> None:

@@ -164,14 +164,15 @@ def upload_sniff(received: Received, *, content_encoding: str) -> None:
 # --- artifact pull ----------------------------------------------------------------------------------------------------
 
 
-def job_reports_pull(*, job_id: int, attempt: int = 1) -> dict[str, int]:
-    """Pull the test reports of a completed GitHub Actions job attempt from its run's artifacts, as the App. GitHub
-    trouble is retried later (PULL_ATTEMPTS in all); what was pulled before is not pulled again."""
+def job_reports_pull(*, job_id: int, attempt: int = 1, artifacts: list[dict] | None = None) -> dict[str, int]:
+    """Pull the test reports of a completed GitHub Actions job attempt from its run's artifacts, as the App:
+    ``artifacts`` when the follow-up's listing of the run found them, else its own listing. GitHub trouble is retried
+    later (PULL_ATTEMPTS in all); what was pulled before is not pulled again."""
     job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None or not RUN_ID.match(job.run_id):
         return {"pulled": 0}
     try:
-        return {"pulled": _job_reports_pulled(job)}
+        return {"pulled": _job_reports_pulled(job, job_artifacts(job) if artifacts is None else artifacts)}
     except github.GitHubError as e:
         logger.warning("job %s: test reports not pulled (attempt %s): %s", job_id, attempt, e)
         if e.retryable and attempt < PULL_ATTEMPTS:
@@ -186,9 +187,8 @@ def job_reports_pull(*, job_id: int, attempt: int = 1) -> dict[str, int]:
         return {"pulled": 0}
 
 
-def _job_reports_pulled(job: JobResult) -> int:
+def _job_reports_pulled(job: JobResult, artifacts: list[dict]) -> int:
     repo = job.backend.repo
-    artifacts = job_artifacts(job)
     pulled = 0
     for item in artifacts:
         if TestReport.objects.filter(job=job, artifact_id=item["id"]).exists():

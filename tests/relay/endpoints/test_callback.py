@@ -386,7 +386,7 @@ def test_a_completing_callback_queues_one_task_and_the_worker_classifies_in_it(d
     assert not JobFailure.objects.exists()  # the answer did not wait for the log
 
     assert tasks.job_completed(job.pk) == "nothing"  # the worker: alert rules evaluated (none trips), and queued:
-    assert queued() == [("relay.tasks.job_reports_pull", (job.pk,))]
+    assert queued() == [("relay.tasks.run_reports_pull", (job.pk, 1))]  # no GitHub App to list the run: again
     assert JobFailure.objects.get(job=job).problem  # the log classified in the same task (here: no GitHub App)
 
 

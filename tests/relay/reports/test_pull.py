@@ -19,6 +19,7 @@ from django.utils import timezone
 from ootci.models import Backend, JobResult, TestCase, TestReport
 from relay.reliability import archive
 from relay.reports import artifacts, pull
+from tests.fakes.github import Reply
 from tests.hud import builders
 from tests.ootci.reports.test_junit import BILLION_LAUGHS
 from tests.relay.reliability.test_archive import s3  # noqa: F401 - the moto S3 server fixture
@@ -167,6 +168,91 @@ def test_without_an_artifact_url_the_runs_matching_artifacts_are_pulled(downstre
     assert list(TestReport.objects.filter(job=job).values_list("artifact_name", "state")) == [
         ("test-reports-test-npu-float32", "parsed")
     ]
+
+
+def shards_started(ci, fake_github, names: list[str]):
+    """A run attempt's shards in progress, each with its report uploaded as an artifact of the run."""
+    dispatch = ci.dispatch()
+    for name in names:
+        fake_github.artifact_add(ci.repo, int(RUN_ID), name=f"test-reports-{name}", data=zipped({"r.xml": junit_xml()}))
+        assert ci.post(ci.body("pull_request.in_progress", dispatch, job_name=name, run_id=RUN_ID)).status_code == 200
+    return dispatch
+
+
+def shard_completed(ci, dispatch, name: str, conclusion: str = "success") -> None:
+    run = {"run_id": RUN_ID, "conclusion": conclusion, "artifact_url": ""}
+    assert ci.post(ci.body("pull_request.completed.failure", dispatch, job_name=name, **run)).status_code == 200
+
+
+def listings(fake_github) -> int:
+    return len(fake_github.requests_to("GET", rf"/repos/.*/actions/runs/{RUN_ID}/artifacts"))
+
+
+def pulled_jobs(ci) -> list[str]:
+    return sorted(TestReport.objects.filter(job__backend=ci.backend).values_list("job__job_name", flat=True))
+
+
+def test_a_run_whose_shards_finish_apart_is_listed_once_by_its_last_job(downstream, store, fake_github):
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2", "shard-3"])
+
+    for name in ("shard-1", "shard-2"):  # minutes apart: each after the listing a job before it could have shared
+        shard_completed(ci, dispatch, name)
+    assert listings(fake_github) == 0 and pulled_jobs(ci) == []  # they wait for the run's last job
+    shard_completed(ci, dispatch, "shard-3")
+
+    assert listings(fake_github) == 1
+    assert pulled_jobs(ci) == ["shard-1", "shard-2", "shard-3"]
+    assert set(TestReport.objects.values_list("state", flat=True)) == {"parsed"}
+
+
+def test_a_failed_shard_is_pulled_at_once_while_its_run_goes_on(downstream, store, fake_github):
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2", "shard-3"])
+
+    shard_completed(ci, dispatch, "shard-1")
+    shard_completed(ci, dispatch, "shard-2", "failure")
+    assert pulled_jobs(ci) == ["shard-2"]  # its failing tests now; shard-1 still waits for shard-3
+
+    shard_completed(ci, dispatch, "shard-3")
+    assert pulled_jobs(ci) == ["shard-1", "shard-2", "shard-3"]
+    assert TestReport.objects.count() == 3  # shard-2's report once, though the last job's listing shows it too
+    assert listings(fake_github) == 2
+
+
+def test_a_shard_the_sweeper_times_out_ends_its_run_and_the_waiting_reports_are_pulled(downstream, store, fake_github):
+    from relay.reliability import sweeper
+
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2"])
+    shard_completed(ci, dispatch, "shard-1")
+    JobResult.objects.filter(job_name="shard-2").update(started_at=timezone.now() - timedelta(days=1))
+    assert pulled_jobs(ci) == []
+
+    assert len(sweeper.jobs_sweep().timed_out) == 1
+
+    assert pulled_jobs(ci) == ["shard-1", "shard-2"]  # the zombie's own report too, if it uploaded one
+    assert listings(fake_github) == 1
+
+
+def test_a_run_github_cannot_list_is_asked_again_later(downstream, store, fake_github):
+    from django_q.models import Schedule
+
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2"])
+    shard_completed(ci, dispatch, "shard-1")
+    fake_github.script("GET", f"/repos/{ci.repo}/actions/runs/{RUN_ID}/artifacts", Reply(502), Reply(502))
+
+    shard_completed(ci, dispatch, "shard-2")
+
+    assert pulled_jobs(ci) == []  # the follow-up and the task it queued at once both met a 502
+    retry = Schedule.objects.get(func="relay.tasks.run_reports_pull")
+    job_id, attempt = eval(retry.args)  # django-q2 keeps a schedule's args as a tuple's repr
+    assert (JobResult.objects.get(pk=job_id).job_name, attempt) == ("shard-2", 2)
+    from relay import tasks
+
+    assert tasks.run_reports_pull(job_id, attempt) == "2 of 2 to pull"
+    assert pulled_jobs(ci) == ["shard-1", "shard-2"]
 
 
 @pytest.mark.parametrize("where", ["other-org/other-repo/actions/runs/24033272679", "{repo}/actions/runs/1"])
