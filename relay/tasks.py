@@ -85,6 +85,16 @@ def job_alerts(job_id: int) -> str:
     return incidents.job_alerts_evaluate(job_id=job_id)
 
 
+def pr_alerts(job_id: int) -> str:
+    """Enqueued once for a burst of a PR's failed jobs on one SHA (incidents.once_for_burst): the PR rule."""
+    return incidents.pr_alerts_evaluate(job_id=job_id)
+
+
+def runners_alerts(backend_id: int) -> dict[str, int]:
+    """Enqueued once for a burst of a backend's jobs that say where they ran: the sick-runner rule."""
+    return incidents.runners_alerts_evaluate(backend_id=backend_id)
+
+
 def ledger_record(job_id: int) -> str:
     """Enqueued on commit when a baseline run's report is parsed: its skip ledger and diff, then the skip alert."""
     run = ledger.ledger_record(job_id=job_id)

@@ -4,9 +4,11 @@ import uuid
 
 import pytest
 import redis
+from django.conf import settings as django_settings
 from django.db.migrations.loader import MigrationLoader
 from django.db.models.signals import post_migrate
 from django.dispatch import receiver
+from django.test import override_settings
 
 from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
@@ -36,6 +38,15 @@ def _schedules_back(sender, **kwargs):
     for installs in _migrated_schedules():
         fields = {"func": installs["func"], "minutes": installs["minutes"], "schedule_type": "I", "repeats": -1}
         Schedule.objects.update_or_create(name=installs["name"], defaults=fields)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_keys_of_this_process():
+    """Cache keys made of row ids (the alerts' pending marks) are this process's own: the parallel workers and the
+    session before share the Redis, and their databases number rows alike."""
+    default = {**django_settings.CACHES["default"], "KEY_PREFIX": uuid.uuid4().hex[:12]}
+    with override_settings(CACHES={**django_settings.CACHES, "default": default}):
+        yield
 
 
 @pytest.fixture(autouse=True)

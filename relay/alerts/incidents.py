@@ -16,8 +16,11 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from ootci import baseline, governance, ledger, levels, runners, staleness, verdicts
 from ootci.models import AlertRule, Backend, Delivery, Dispatch, Event, Incident, JobResult, LedgerRun, lost_cutoff
@@ -27,6 +30,9 @@ from relay.alerts.fire import firing, incident_fire, incident_green, rule_for
 from relay.github import client as github
 
 logger = logging.getLogger(__name__)
+
+BURST_PENDING = "relay:alerts-pending:"
+BURST_PENDING_SECONDS = 120
 
 BASELINE_EVENTS = (Event.PUSH, Event.NIGHTLY, Event.PERIODIC)
 COUNTED = (JobResult.Outcome.SUCCESS, JobResult.Outcome.TEST, JobResult.Outcome.INFRA)
@@ -46,16 +52,41 @@ RUNS_LATEST_FIRST = "ORDER BY " + ", ".join(
 
 def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None) -> str:
     """The rules a job's result bears on: the PR rule for a pull_request job, the baseline rule for the others.
-    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again."""
+    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again.
+    The rules that read more than the job (its backend's runners, its PR's jobs) are evaluated once for a burst of
+    jobs (``once_for_burst``): a 100-shard run that failed evaluated its PR's 100 jobs 100 times."""
     if job is None or job.pk != job_id:
         job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None or job.status != JobResult.Status.COMPLETED:
         return "nothing"
     if job.environment:
-        runners_evaluate(job.backend)
+        once_for_burst(f"runners:{job.backend_id}", "relay.tasks.runners_alerts", job.backend_id)
     if job.event_type == Event.PULL_REQUEST:
         return pr_evaluate(job)
     return baseline_evaluate(job)
+
+
+def once_for_burst(key: str, task: str, *args) -> str:
+    """Queue ``task(*args)``, the evaluation of ``key``, unless one is queued that has not started: it is marked
+    pending until the task starts (``burst_started``), and the jobs that complete meanwhile leave it to that one. A
+    follow-up runs after its job's commit and the task reads after it starts, so it sees every job that left it.
+    The worker follows up a burst's jobs in a row, then the one evaluation. A cache that fails queues one each; a
+    task lost before it started leaves its mark for BURST_PENDING_SECONDS (the next job after that queues one)."""
+    try:
+        if not cache.add(BURST_PENDING + key, 1, BURST_PENDING_SECONDS):
+            return "coalesced"
+    except Exception as e:  # Redis, or the embedded default's database cache: whatever the backend raises
+        logger.warning("alerts: cache unavailable (%s): %s evaluated for this job alone", e, key)
+    transaction.on_commit(lambda: async_task(task, *args, save=False), robust=True)
+    return "queued"
+
+
+def burst_started(key: str) -> None:
+    """First thing in a ``once_for_burst`` task: a job completing from now on queues another evaluation."""
+    try:
+        cache.delete(BURST_PENDING + key)
+    except Exception as e:
+        logger.warning("alerts: cache unavailable (%s): %s stays pending for its time", e, key)
 
 
 # --- the rules ------------------------------------------------------------------------------------------------------
@@ -65,13 +96,28 @@ def pr_evaluate(job: JobResult) -> str:
     """An L3/L4 backend's failures on the PR (its latest attempts on the job's SHA) whose verdict (``ootci.baseline``)
     is ``new`` or ``unknown``: an incident per PR and backend, updated on every change (a parsed report, a re-run),
     resolved as soon as none is left. Each job's failures are in the details, grouped by verdict with their evidence,
-    for the PR comment."""
+    for the PR comment. Evaluated once for a burst of the PR's jobs on that SHA."""
     backend = job.backend
     if levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
         return "nothing"
     fingerprint = f"{AlertRule.Kind.PR_TEST}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
     if job.outcome == JobResult.Outcome.SUCCESS and not firing(fingerprint):
         return "quiet"  # a success opens nothing, and there is nothing to resolve
+    return once_for_burst(f"{fingerprint}:{job.job_sha}", "relay.tasks.pr_alerts", job.pk)
+
+
+def pr_alerts_evaluate(*, job_id: int) -> str:
+    """The PR rule over the PR's jobs on ``job_id``'s SHA: the task ``pr_evaluate`` queued for a burst."""
+    job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
+    if job is None:
+        return "nothing"
+    fingerprint = f"{AlertRule.Kind.PR_TEST}:{job.backend_id}:{job.upstream_repo}#{job.pr_number}"
+    burst_started(f"{fingerprint}:{job.job_sha}")
+    return pr_jobs_evaluate(job, fingerprint)
+
+
+def pr_jobs_evaluate(job: JobResult, fingerprint: str) -> str:
+    backend = job.backend
     rule = rule_for(AlertRule.Kind.PR_TEST, backend)
     if rule is None:
         return "nothing"
@@ -249,9 +295,17 @@ def relay_silence_evaluate(*, now: datetime) -> str:
     )
 
 
+def runners_alerts_evaluate(*, backend_id: int) -> dict[str, int]:
+    """``runners_evaluate``: the task a burst of jobs that say where they ran queued (``job_alerts_evaluate``)."""
+    burst_started(f"runners:{backend_id}")
+    backend = Backend.objects.filter(pk=backend_id).first()
+    return {} if backend is None else runners_evaluate(backend)
+
+
 def runners_evaluate(backend: Backend, *, now: datetime | None = None) -> dict[str, int]:
     """The backend's sick runners (``ootci.runners``) over the last 24 h: an incident each, resolved once the runner
-    is no longer significantly worse than its backend. Evaluated after each job that says where it ran."""
+    is no longer significantly worse than its backend. Evaluated after the jobs that say where they ran, once for a
+    burst of them."""
     rule = rule_for(AlertRule.Kind.SICK_RUNNER, backend)
     if rule is None:
         return {}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -18,6 +19,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from ootci.models import AlertRule, Delivery, Incident, JobResult, Notification, NotificationChannel, PrComment
+from relay import tasks
 from relay.alerts import incidents, notify
 from tests.fakes.github import POLL
 from tests.hud import builders
@@ -33,8 +35,14 @@ def run_now(django_capture_on_commit_callbacks):
     """Evaluate a job's rules as the task does, and run what it queues after the commit (the notification sends)."""
 
     def run(j: JobResult) -> str:
-        with django_capture_on_commit_callbacks(execute=True):
-            return incidents.job_alerts_evaluate(job_id=j.pk)
+        with django_capture_on_commit_callbacks() as queued:
+            answer = incidents.job_alerts_evaluate(job_id=j.pk)
+        if answer == "queued":  # the PR rule's task: run here, for its answer
+            with django_capture_on_commit_callbacks(execute=True):
+                return incidents.pr_alerts_evaluate(job_id=j.pk)
+        for callback in queued:
+            callback()
+        return answer
 
     return run
 
@@ -456,7 +464,7 @@ def test_a_notification_another_sender_holds_is_left_to_it_and_tried_again(l4, f
 @pytest.mark.django_db
 def test_a_notification_whose_send_was_lost_is_sent_again_by_the_schedule(l4, fake_github, settings):
     settings.GITHUB_TIMEOUT_SECONDS = 1  # a sender's claim lapses after 4 s
-    incidents.job_alerts_evaluate(job_id=pr_job(l4, "ut", "failure", tests=["test_add"]).pk)  # its task never runs
+    incidents.pr_alerts_evaluate(job_id=pr_job(l4, "ut", "failure", tests=["test_add"]).pk)  # its send never runs
     notification = Notification.objects.get()
     assert notification.status == "pending" and not fake_github.comments
     now = timezone.now()
@@ -520,3 +528,88 @@ def test_a_worker_killed_between_githubs_answer_and_the_database_write_leaves_on
     assert len(fake_github.comments) == 1
     [comment] = fake_github.comments.values()
     assert PrComment.objects.get(backend=None).comment_id == comment["id"] and comment["edits"] <= 1
+
+
+# --- a burst of jobs, evaluated once ---------------------------------------------------------------------------------
+
+
+def queued_tasks(monkeypatch) -> Callable[[], list[tuple[str, tuple]]]:
+    """Tasks queued, as in production, not run at once as the tests' Q_SYNC does: what was queued since asked."""
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+    from django_q.signing import SignedPackage
+
+    monkeypatch.setattr(Conf, "SYNC", False)
+    broker = get_broker()
+    broker.purge_queue()
+
+    def queued() -> list[tuple[str, tuple]]:
+        found = []
+        while broker.queue_size():
+            for ack_id, task in broker.dequeue():
+                package = SignedPackage.loads(task)
+                found.append((package["func"], package["args"]))
+                broker.acknowledge(ack_id)
+        return found
+
+    return queued
+
+
+@pytest.mark.django_db
+def test_a_burst_of_failed_shards_evaluates_its_pr_once_with_every_shard(
+    l4, fake_github, monkeypatch, django_capture_on_commit_callbacks
+):
+    queued = queued_tasks(monkeypatch)
+    jobs = [pr_job(l4, f"shard-{i}", "failure", tests=[f"test_{i}"]) for i in range(5)]
+
+    with django_capture_on_commit_callbacks(execute=True):  # the worker follows them up in a row
+        answers = [incidents.job_alerts_evaluate(job_id=j.pk) for j in jobs[:3]]
+
+    assert answers == ["queued", "coalesced", "coalesced"]
+    assert queued() == [("relay.tasks.pr_alerts", (jobs[0].pk,))]
+    assert tasks.pr_alerts(jobs[0].pk) == "opened"
+    assert [d["job"] for d in Incident.objects.get().details["jobs"] if d["outcome"] == "test"] == [
+        "ci / shard-0",
+        "ci / shard-1",
+        "ci / shard-2",
+        "ci / shard-3",  # committed before the evaluation started: in it too
+        "ci / shard-4",
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert incidents.job_alerts_evaluate(job_id=jobs[4].pk) == "queued"  # after it started: another one
+    assert queued() == [("relay.tasks.pr_alerts", (jobs[4].pk,))]
+
+
+@pytest.mark.django_db
+def test_a_burst_of_jobs_that_say_where_they_ran_evaluates_the_runners_once(
+    l4, monkeypatch, django_capture_on_commit_callbacks
+):
+    queued = queued_tasks(monkeypatch)
+    ran = [pr_job(l4, f"shard-{i}", environment={"runner": f"r{i % 2}"}) for i in range(4)]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for j in ran:
+            incidents.job_alerts_evaluate(job_id=j.pk)
+
+    assert queued() == [("relay.tasks.runners_alerts", (l4.pk,))]
+    assert tasks.runners_alerts(l4.pk) == {}  # no runner is sick
+    with django_capture_on_commit_callbacks(execute=True):
+        incidents.job_alerts_evaluate(job_id=ran[0].pk)
+    assert queued() == [("relay.tasks.runners_alerts", (l4.pk,))]
+
+
+@pytest.mark.django_db
+def test_with_the_cache_down_each_job_is_evaluated(l4, settings, monkeypatch, django_capture_on_commit_callbacks):
+    queued = queued_tasks(monkeypatch)
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:9/0",  # nothing listens there
+            "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+        }
+    }
+    jobs = [pr_job(l4, f"shard-{i}", "failure", tests=[f"test_{i}"]) for i in range(2)]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [incidents.job_alerts_evaluate(job_id=j.pk) for j in jobs] == ["queued", "queued"]
+    assert queued() == [("relay.tasks.pr_alerts", (j.pk,)) for j in jobs]
