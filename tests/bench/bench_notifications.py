@@ -24,7 +24,7 @@ def test_a_thousand_notifications_with_lost_answers_post_each_comment_once(make_
     for n in range(1000):
         pr = 1 + n % 200
         job = pr_job(backend, f"ut-{n}", "failure" if n < 800 else "success", tests=[f"test_{n}"], pr=pr)
-        incidents.job_alerts_evaluate(job_id=job.pk)  # marks the PR's notification pending
+        incidents.pr_alerts_evaluate(job_id=job.pk)  # the PR rule's task: marks the PR's notification pending
         for notification in Notification.objects.filter(status="pending"):
             fake_github.comment_answers_lost = int(rng.random() < 0.3)
             attempt = 1
