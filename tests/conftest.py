@@ -42,8 +42,8 @@ def _schedules_back(sender, **kwargs):
 
 @pytest.fixture(autouse=True, scope="session")
 def _cache_keys_of_this_process():
-    """Cache keys made of row ids (the alerts' pending marks) are this process's own: the parallel workers and the
-    session before share the Redis, and their databases number rows alike."""
+    """Cache keys made of row ids (the alerts' pending marks, a run's served jobs) are this session's own: the
+    session before used the same Redis database (tests/settings.py) and numbered its rows alike."""
     default = {**django_settings.CACHES["default"], "KEY_PREFIX": uuid.uuid4().hex[:12]}
     with override_settings(CACHES={**django_settings.CACHES, "default": default}):
         yield

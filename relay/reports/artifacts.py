@@ -83,6 +83,36 @@ def job_defers_listing(job: JobResult) -> bool:
     return job.conclusion == "success" and artifact_id_named(job) is None
 
 
+def run_jobs_to_list(job: JobResult) -> list[JobResult]:
+    """For a job whose run attempt has no job in progress any more: it and the attempt's successes that waited, less
+    those a listing of the run already served (``run_listed``), or [] when that listing served it too. When the
+    worker lags a burst, the follow-ups of a run's last jobs run together after it, and each finds its run done."""
+    served = _run_served(job)
+    if job.pk in served:
+        return []
+    return [job, *(sibling for sibling in run_deferred_jobs(job) if sibling.pk not in served)]
+
+
+def run_listed(jobs: list[JobResult]) -> None:
+    """Record that a listing of their run served ``jobs`` (their pulls are queued)."""
+    try:
+        cache.set(_served_key(jobs[0]), _run_served(jobs[0]) | {job.pk for job in jobs}, LISTING_SECONDS)
+    except Exception as e:  # a cache that fails costs another listing, never a pull
+        logger.warning("run listing: what it served not kept (%s)", e)
+
+
+def _run_served(job: JobResult) -> set[int]:
+    try:
+        return cache.get(_served_key(job)) or set()
+    except Exception as e:
+        logger.warning("run listing: cache unavailable (%s)", e)
+        return set()
+
+
+def _served_key(job: JobResult) -> str:
+    return f"relay:run-served:{job.backend_id}:{job.delivery_id}:{job.run_id}:{job.run_attempt}:{job.workflow_name}"
+
+
 def run_deferred_jobs(job: JobResult) -> list[JobResult]:
     """The other completed jobs of ``job``'s run attempt that waited for its last job to list the run."""
     siblings = JobResult.objects.filter(

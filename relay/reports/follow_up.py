@@ -65,7 +65,9 @@ def job_reports_pull_wanted(job: JobResult, *, attempt: int = 0) -> str:
         return "not a GitHub Actions job"
     if job.run_running and artifacts.job_defers_listing(job):
         return "waits for its run"
-    jobs = [job] if job.run_running else [job, *artifacts.run_deferred_jobs(job)]
+    jobs = [job] if job.run_running else artifacts.run_jobs_to_list(job)
+    if not jobs:
+        return "pulled with its run"
     try:
         wanted = artifacts.reports_to_pull(jobs)
     except github.GitHubError as e:
@@ -74,6 +76,8 @@ def job_reports_pull_wanted(job: JobResult, *, attempt: int = 0) -> str:
             wait = getattr(e, "wait_seconds", pull.PULL_RETRY_SECONDS * attempt)
             transaction.on_commit(lambda: _run_reports_pull_queue(job.pk, attempt + 1, wait), robust=True)
         return "not listed"
+    if not job.run_running:
+        artifacts.run_listed(jobs)
     for found, items in wanted.items():
         # Not kept in django-q2's results when it succeeds (save=False): at one per completed job, pruning that
         # table (a locking read of up to Q_CLUSTER["save_limit"] rows per task) cost more than the pull's statements.

@@ -41,6 +41,7 @@ import redis
 from tests.bench.trees import (
     BASELINE,
     ROOT,
+    WORKER,
     fake_github_app,
     interleaved,
     medians,
@@ -171,7 +172,7 @@ def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub
         cwd=tree,
         env=env,
     )
-    worker = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=tree, env=env)
+    worker = subprocess.Popen(WORKER, cwd=tree, env=env)
     figures: dict[str, float] = {}
     try:
         _wait_until_up(port)

@@ -18,7 +18,6 @@ import http.client
 import os
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -32,7 +31,15 @@ from django_q.conf import Conf
 from ootci.models import Backend
 from relay.github import client as github
 from tests.bench.bench_callback import _free_port, _manage, _wait_until_up
-from tests.bench.trees import ROOT, fake_github_app, interleaved, medians, production_environment, trees_on_databases
+from tests.bench.trees import (
+    ROOT,
+    WORKER,
+    fake_github_app,
+    interleaved,
+    medians,
+    production_environment,
+    trees_on_databases,
+)
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
 
@@ -169,7 +176,7 @@ def _fanout_round(tree: Path, database: str, fake: FakeGitHub) -> dict[str, floa
         cwd=tree,
         env=env,
     )
-    worker = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=tree, env={**env, "Q_WORKERS": "2"})
+    worker = subprocess.Popen(WORKER, cwd=tree, env={**env, "Q_WORKERS": "2"})
     try:
         _wait_until_up(port)
         time.sleep(3)  # the cluster forks its workers and starts polling

@@ -4,6 +4,7 @@
 import os
 import secrets
 import statistics
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,11 @@ def fake_github_app(latency: float) -> Iterator[FakeGitHub]:
         yield fake
     finally:
         fake.stop()
+
+
+# The task worker as the README's production runs it beside the web: at a lower priority, so a burst of follow-up
+# work never takes the cores from the callbacks and webhooks waiting for an answer.
+WORKER = ["nice", "-n", "10", sys.executable, "manage.py", "qcluster"]
 
 
 def production_environment(

@@ -206,6 +206,27 @@ def test_a_run_whose_shards_finish_apart_is_listed_once_by_its_last_job(downstre
     assert set(TestReport.objects.values_list("state", flat=True)) == {"parsed"}
 
 
+def test_follow_ups_that_run_after_the_whole_burst_list_the_run_once(downstream, store, fake_github, monkeypatch):
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+
+    from relay import tasks
+
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2", "shard-3"])
+    monkeypatch.setattr(Conf, "SYNC", False)  # the worker lags: every shard completes before a follow-up runs
+    for name in ("shard-1", "shard-2", "shard-3"):
+        shard_completed(ci, dispatch, name)
+    get_broker().purge_queue()
+    monkeypatch.setattr(Conf, "SYNC", True)
+
+    follow_ups = [tasks.job_completed(job.pk) for job in JobResult.objects.filter(backend=ci.backend).order_by("pk")]
+
+    assert listings(fake_github) == 1  # the first found its run done and listed it for all three
+    assert pulled_jobs(ci) == ["shard-1", "shard-2", "shard-3"]
+    assert len(follow_ups) == 3
+
+
 def test_a_failed_shard_is_pulled_at_once_while_its_run_goes_on(downstream, store, fake_github):
     ci = downstream()
     dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2", "shard-3"])
