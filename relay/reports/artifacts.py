@@ -6,7 +6,9 @@ requests an hour. A listing is kept per run and serves every job that completed 
 runs after a job's upload step, so such a listing already shows what the job uploaded (with LISTING_MARGIN for
 clocks of other hosts). Shards finish minutes apart, though, so that alone still listed about once per job: a
 successful job whose run attempt still has a job in progress waits (``job_defers_listing``), and the attempt's last
-job to complete lists once for itself and those that waited (``run_deferred_jobs``). A failed job lists at once: its
+job to complete lists once for itself and those that waited (``run_jobs_to_list``), and hands each pull its
+artifacts. The jobs a listing served are kept with the run attempt (``run_listed``): when the worker lags a burst,
+the follow-ups of its last jobs each find the run done, and only the first lists. A failed job lists at once: its
 failing tests are what its users come for. A job the sweeper times out ends its run attempt the same way.
 """
 
