@@ -61,8 +61,25 @@ def job_artifacts(job: JobResult, listing: list[dict[str, Any]] | None = None) -
     return [
         item
         for item in (_run_artifacts([job]) if listing is None else listing)
-        if fnmatch.fnmatchcase(item["name"], pattern) and job.job_name in item["name"] and not item["expired"]
+        if fnmatch.fnmatchcase(item["name"], pattern) and names_job(item["name"], job.job_name) and not item["expired"]
     ]
+
+
+def names_job(artifact_name: str, job_name: str) -> bool:
+    """Whether ``job_name`` is in ``artifact_name`` as a whole word: not next to a letter or digit, so that shard-1
+    does not take test-reports-shard-10's report. A job reported without a name (a one-job workflow) takes every
+    artifact of the pattern, as before. Compared as text: a pattern compiled per job cost a follow-up."""
+    if not job_name:
+        return True
+    at = artifact_name.find(job_name)
+    while at >= 0:
+        end = at + len(job_name)
+        if (at == 0 or not artifact_name[at - 1].isalnum()) and (
+            end == len(artifact_name) or not artifact_name[end].isalnum()
+        ):
+            return True
+        at = artifact_name.find(job_name, at + 1)
+    return False
 
 
 def reports_to_pull(jobs: list[JobResult]) -> dict[JobResult, list[dict[str, Any]]]:

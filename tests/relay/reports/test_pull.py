@@ -311,6 +311,22 @@ def test_only_an_artifact_of_the_jobs_own_run_is_named(url, named):
     assert artifacts.artifact_id_named(job) == named
 
 
+@pytest.mark.parametrize(
+    "artifact, job, named",
+    [
+        ("test-reports-shard-1", "shard-1", True),
+        ("test-reports-shard-10", "shard-1", False),  # another shard's report
+        ("test-reports-shard-1-linux.2xlarge", "shard-1", True),
+        ("test-reports-reshard-1", "shard-1", False),
+        ("shard-1_test-reports", "shard-1", True),
+        ("test-reports-shard-10-shard-1", "shard-1", True),  # the second occurrence is whole
+        ("test-reports", "", True),  # a job reported without a name: a one-job workflow's every report
+    ],
+)
+def test_a_job_takes_the_artifacts_that_name_it_as_a_whole_word(artifact, job, named):
+    assert artifacts.names_job(artifact, job) is named
+
+
 def test_a_run_listing_is_kept_in_redis_and_in_the_process_that_took_it():
     key = f"relay:run-artifacts:test:{uuid.uuid4().hex}"
     calls = []
