@@ -142,3 +142,27 @@ def completed_failure(ci, **workflow):
     fields = {"url": f"https://github.com/{ci.repo}/actions/runs/24033272679", "run_id": "24033272679"}
     fields |= {"job_name": "test-npu", "run_attempt": 1, "test_results": {"passed": 10, "failed": 0}}
     return ci.post(ci.body("pull_request.completed.failure", dispatch, **(fields | workflow)))
+
+
+@pytest.fixture
+def queued_tasks(monkeypatch):
+    """Tasks queued as in production, not run at once as the tests' Q_SYNC does: ``queued_tasks()`` takes what was
+    queued since it was last asked, as (function name, args)."""
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+    from django_q.signing import SignedPackage
+
+    monkeypatch.setattr(Conf, "SYNC", False)
+    broker = get_broker()
+    broker.purge_queue()
+
+    def queued() -> list[tuple[str, tuple]]:
+        found = []
+        while broker.queue_size():
+            for ack_id, task in broker.dequeue():
+                package = SignedPackage.loads(task)
+                found.append((package["func"], package["args"]))
+                broker.acknowledge(ack_id)
+        return found
+
+    return queued

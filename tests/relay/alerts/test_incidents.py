@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -533,40 +532,17 @@ def test_a_worker_killed_between_githubs_answer_and_the_database_write_leaves_on
 # --- a burst of jobs, evaluated once ---------------------------------------------------------------------------------
 
 
-def queued_tasks(monkeypatch) -> Callable[[], list[tuple[str, tuple]]]:
-    """Tasks queued, as in production, not run at once as the tests' Q_SYNC does: what was queued since asked."""
-    from django_q.brokers import get_broker
-    from django_q.conf import Conf
-    from django_q.signing import SignedPackage
-
-    monkeypatch.setattr(Conf, "SYNC", False)
-    broker = get_broker()
-    broker.purge_queue()
-
-    def queued() -> list[tuple[str, tuple]]:
-        found = []
-        while broker.queue_size():
-            for ack_id, task in broker.dequeue():
-                package = SignedPackage.loads(task)
-                found.append((package["func"], package["args"]))
-                broker.acknowledge(ack_id)
-        return found
-
-    return queued
-
-
 @pytest.mark.django_db
 def test_a_burst_of_failed_shards_evaluates_its_pr_once_with_every_shard(
-    l4, fake_github, monkeypatch, django_capture_on_commit_callbacks
+    l4, fake_github, queued_tasks, django_capture_on_commit_callbacks
 ):
-    queued = queued_tasks(monkeypatch)
     jobs = [pr_job(l4, f"shard-{i}", "failure", tests=[f"test_{i}"]) for i in range(5)]
 
     with django_capture_on_commit_callbacks(execute=True):  # the worker follows them up in a row
         answers = [incidents.job_alerts_evaluate(job_id=j.pk) for j in jobs[:3]]
 
     assert answers == ["queued", "coalesced", "coalesced"]
-    assert queued() == [("relay.tasks.pr_alerts", (jobs[0].pk,))]
+    assert queued_tasks() == [("relay.tasks.pr_alerts", (jobs[0].pk,))]
     assert tasks.pr_alerts(jobs[0].pk) == "opened"
     assert [d["job"] for d in Incident.objects.get().details["jobs"] if d["outcome"] == "test"] == [
         "ci / shard-0",
@@ -577,30 +553,28 @@ def test_a_burst_of_failed_shards_evaluates_its_pr_once_with_every_shard(
     ]
     with django_capture_on_commit_callbacks(execute=True):
         assert incidents.job_alerts_evaluate(job_id=jobs[4].pk) == "queued"  # after it started: another one
-    assert queued() == [("relay.tasks.pr_alerts", (jobs[4].pk,))]
+    assert queued_tasks() == [("relay.tasks.pr_alerts", (jobs[4].pk,))]
 
 
 @pytest.mark.django_db
 def test_a_burst_of_jobs_that_say_where_they_ran_evaluates_the_runners_once(
-    l4, monkeypatch, django_capture_on_commit_callbacks
+    l4, queued_tasks, django_capture_on_commit_callbacks
 ):
-    queued = queued_tasks(monkeypatch)
     ran = [pr_job(l4, f"shard-{i}", environment={"runner": f"r{i % 2}"}) for i in range(4)]
 
     with django_capture_on_commit_callbacks(execute=True):
         for j in ran:
             incidents.job_alerts_evaluate(job_id=j.pk)
 
-    assert queued() == [("relay.tasks.runners_alerts", (l4.pk,))]
+    assert queued_tasks() == [("relay.tasks.runners_alerts", (l4.pk,))]
     assert tasks.runners_alerts(l4.pk) == {}  # no runner is sick
     with django_capture_on_commit_callbacks(execute=True):
         incidents.job_alerts_evaluate(job_id=ran[0].pk)
-    assert queued() == [("relay.tasks.runners_alerts", (l4.pk,))]
+    assert queued_tasks() == [("relay.tasks.runners_alerts", (l4.pk,))]
 
 
 @pytest.mark.django_db
-def test_with_the_cache_down_each_job_is_evaluated(l4, settings, monkeypatch, django_capture_on_commit_callbacks):
-    queued = queued_tasks(monkeypatch)
+def test_with_the_cache_down_each_job_is_evaluated(l4, settings, queued_tasks, django_capture_on_commit_callbacks):
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -612,4 +586,4 @@ def test_with_the_cache_down_each_job_is_evaluated(l4, settings, monkeypatch, dj
 
     with django_capture_on_commit_callbacks(execute=True):
         assert [incidents.job_alerts_evaluate(job_id=j.pk) for j in jobs] == ["queued", "queued"]
-    assert queued() == [("relay.tasks.pr_alerts", (j.pk,)) for j in jobs]
+    assert queued_tasks() == [("relay.tasks.pr_alerts", (j.pk,)) for j in jobs]

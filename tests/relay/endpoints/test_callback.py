@@ -354,39 +354,22 @@ def test_a_nightly_self_report_names_a_commit(downstream):
     assert "tested upstream commit SHA" in response.json()["detail"]
 
 
-def test_a_completing_callback_queues_one_task_and_the_worker_classifies_in_it(downstream, monkeypatch):
-    from django_q.brokers import get_broker
-    from django_q.conf import Conf
-    from django_q.signing import SignedPackage
-
+def test_a_completing_callback_queues_one_task_and_the_worker_classifies_in_it(downstream, queued_tasks):
     from relay import tasks
-
-    monkeypatch.setattr(Conf, "SYNC", False)  # queued, as in production, not run at once as the tests' Q_SYNC does
-    broker = get_broker()
-    broker.purge_queue()
-
-    def queued() -> list[tuple[str, tuple]]:
-        found = []
-        while broker.queue_size():
-            for ack_id, task in broker.dequeue():
-                package = SignedPackage.loads(task)
-                found.append((package["func"], package["args"]))
-                broker.acknowledge(ack_id)
-        return found
 
     ci = downstream()
     dispatch = ci.dispatch()
     run = {"run_id": "24033272679", "url": f"https://github.com/{ci.repo}/actions/runs/24033272679"}
     assert ci.post(ci.body("pull_request.in_progress", dispatch, **run)).status_code == 200
-    assert queued() == []  # an in_progress report starts nothing
+    assert queued_tasks() == []  # an in_progress report starts nothing
     assert ci.post(ci.body("pull_request.completed.failure", dispatch, **run)).status_code == 200
     job = JobResult.objects.get()
-    assert queued() == [("relay.tasks.job_completed", (job.pk,))]  # the request's only task
+    assert queued_tasks() == [("relay.tasks.job_completed", (job.pk,))]  # the request's only task
 
     assert not JobFailure.objects.exists()  # the answer did not wait for the log
 
     assert tasks.job_completed(job.pk) == "nothing"  # the worker: alert rules evaluated (none trips), and queued:
-    assert queued() == [("relay.tasks.run_reports_pull", (job.pk, 1))]  # no GitHub App to list the run: again
+    assert queued_tasks() == [("relay.tasks.run_reports_pull", (job.pk, 1))]  # no GitHub App to list the run: again
     assert JobFailure.objects.get(job=job).problem  # the log classified in the same task (here: no GitHub App)
 
 
