@@ -3,8 +3,8 @@
 A job in progress for longer than ZOMBIE_TIMEOUT_HOURS is concluded as ``timed_out``, decided by the relay, through
 the one state machine (``ootci.jobs``): a completion arriving meanwhile wins, and a genuine completion arriving
 later still replaces the relay's verdict. Its run attempt's successful jobs waited for it to list their reports
-(``relay.reports.artifacts``): one job per run attempt is followed up for them. Lost dispatches are only counted
-here (``Dispatch.objects.lost``); the HUD shows them.
+(``relay.reports.artifacts``): one job per run attempt is followed up for them, as for a run attempt whose last
+job's follow-up was lost. Lost dispatches are only counted here (``Dispatch.objects.lost``); the HUD shows them.
 """
 
 import logging
@@ -19,6 +19,7 @@ from django_q.tasks import async_task
 from ootci.jobs import Report, job_report_apply
 from ootci.models import Dispatch, JobResult, lost_cutoff
 from relay.github import check_runs
+from relay.reports import artifacts
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,9 @@ def jobs_sweep(*, now: datetime | None = None) -> SweepResult:
         after = batch[-1].pk
     if timed_out:
         check_runs.check_runs_after_sweep(timed_out)
-        for job_id in runs.values():
-            transaction.on_commit(lambda pk=job_id: async_task("relay.tasks.run_reports_pull", pk), robust=True)
+    # The run attempts a timed-out job ends, and those whose last job's follow-up was lost (relay.reports.artifacts).
+    for job_id in {*runs.values(), *artifacts.runs_unlisted(now=now)}:
+        transaction.on_commit(lambda pk=job_id: async_task("relay.tasks.run_reports_pull", pk), robust=True)
     lost = Dispatch.objects.lost(since=cutoff - LOST_LOOKBACK, now=now).count()
     if timed_out or lost:
         logger.warning(

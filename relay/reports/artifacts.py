@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ootci.models import JobResult, TestReport
@@ -28,6 +29,9 @@ from relay.github import client as github
 logger = logging.getLogger(__name__)
 
 LISTING_SECONDS = 15 * 60  # how long a run's listing is kept for its later jobs
+UNLISTED_AFTER = timedelta(minutes=10)  # the sweeper's period: it looks for runs left unlisted that long ago
+SERVED_SECONDS = 60 * 60  # how long the jobs a listing served are kept: past the sweeper's look back
+SWEPT_SUCCESSES = 20_000  # the most recent successes a sweep looks at
 LISTING_MARGIN = timedelta(seconds=2)  # web and worker clocks on different hosts
 COPIES = 256  # the listings a process keeps a copy of (of the runs it followed up last)
 
@@ -115,9 +119,32 @@ def run_jobs_to_list(job: JobResult) -> list[JobResult]:
 def run_listed(jobs: list[JobResult]) -> None:
     """Record that a listing of their run served ``jobs`` (their pulls are queued)."""
     try:
-        cache.set(_served_key(jobs[0]), _run_served(jobs[0]) | {job.pk for job in jobs}, LISTING_SECONDS)
+        cache.set(_served_key(jobs[0]), _run_served(jobs[0]) | {job.pk for job in jobs}, SERVED_SECONDS)
     except Exception as e:  # a cache that fails costs another listing, never a pull
         logger.warning("run listing: what it served not kept (%s)", e)
+
+
+def runs_unlisted(*, now: datetime) -> list[int]:
+    """A job of each GitHub Actions run attempt with a success that waited for a listing no follow-up took, its
+    newest such success completed UNLISTED_AFTER to twice that ago: its last job's follow-up was lost (a worker
+    killed with it in hand). The sweeper, every UNLISTED_AFTER, follows them up again (``run_reports_pull``)."""
+    waited = (
+        JobResult.objects.filter(
+            status=JobResult.Status.COMPLETED,
+            conclusion="success",
+            completed_at__gte=now - 2 * UNLISTED_AFTER,
+            completed_at__lt=now - UNLISTED_AFTER,
+            run_id__regex=r"^[0-9]{1,20}$",
+        )
+        .exclude(Exists(TestReport.objects.filter(job=OuterRef("pk"))))
+        .select_related("backend")
+        .order_by("-completed_at", "-pk")
+    )
+    runs: dict[str, JobResult] = {}
+    for job in waited[:SWEPT_SUCCESSES]:
+        if job_defers_listing(job):
+            runs.setdefault(_served_key(job), job)
+    return [job.pk for job in runs.values() if job.pk not in _run_served(job)]
 
 
 def _run_served(job: JobResult) -> set[int]:

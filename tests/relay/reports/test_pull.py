@@ -256,6 +256,45 @@ def test_a_shard_the_sweeper_times_out_ends_its_run_and_the_waiting_reports_are_
     assert listings(fake_github) == 1
 
 
+def test_a_run_whose_last_follow_up_was_lost_is_listed_by_the_sweeper(downstream, store, fake_github, monkeypatch):
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+
+    from relay.reliability import sweeper
+
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2"])
+    monkeypatch.setattr(Conf, "SYNC", False)
+    for name in ("shard-1", "shard-2"):
+        shard_completed(ci, dispatch, name)
+    get_broker().purge_queue()  # a worker killed with the follow-ups in hand: none of them ran
+    monkeypatch.setattr(Conf, "SYNC", True)
+    assert pulled_jobs(ci) == [] and listings(fake_github) == 0
+
+    assert sweeper.jobs_sweep(now=timezone.now() + timedelta(minutes=5)).timed_out == []
+    assert listings(fake_github) == 0  # not yet: a follow-up may still be on its way
+    sweeper.jobs_sweep(now=timezone.now() + timedelta(minutes=15))
+
+    assert pulled_jobs(ci) == ["shard-1", "shard-2"] and listings(fake_github) == 1
+    sweeper.jobs_sweep(now=timezone.now() + timedelta(minutes=15))
+    assert listings(fake_github) == 1  # served: the next sweep leaves it
+
+
+def test_a_run_listed_by_its_last_job_is_left_by_the_sweeper(downstream, store, fake_github):
+    from relay.reliability import sweeper
+
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, ["shard-1", "shard-2"])
+    for name in ("shard-1", "shard-2"):
+        shard_completed(ci, dispatch, name)
+    TestReport.objects.all().delete()  # as for a run whose artifacts hold no report: nothing pulled
+    assert listings(fake_github) == 1
+
+    sweeper.jobs_sweep(now=timezone.now() + timedelta(minutes=15))
+
+    assert listings(fake_github) == 1
+
+
 def test_a_run_github_cannot_list_is_asked_again_later(downstream, store, fake_github):
     from django_q.models import Schedule
 
