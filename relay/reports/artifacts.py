@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -128,11 +129,14 @@ def runs_unlisted(*, now: datetime) -> list[int]:
     """A job of each GitHub Actions run attempt with a success that waited for a listing no follow-up took, its
     newest such success completed UNLISTED_AFTER to twice that ago: its last job's follow-up was lost (a worker
     killed with it in hand). The sweeper, every UNLISTED_AFTER, follows them up again (``run_reports_pull``)."""
+    since = now - 2 * UNLISTED_AFTER
     waited = (
         JobResult.objects.filter(
             status=JobResult.Status.COMPLETED,
+            # By the (status, created_at) index: a job runs at most ZOMBIE_TIMEOUT_HOURS before the sweeper ends it.
+            created_at__gte=since - timedelta(hours=settings.ZOMBIE_TIMEOUT_HOURS),
             conclusion="success",
-            completed_at__gte=now - 2 * UNLISTED_AFTER,
+            completed_at__gte=since,
             completed_at__lt=now - UNLISTED_AFTER,
             run_id__regex=r"^[0-9]{1,20}$",
         )
