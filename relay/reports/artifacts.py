@@ -133,7 +133,7 @@ def runs_unlisted(*, now: datetime) -> list[int]:
     waited = (
         JobResult.objects.filter(
             status=JobResult.Status.COMPLETED,
-            # By the (status, created_at) index: a job runs at most ZOMBIE_TIMEOUT_HOURS before the sweeper ends it.
+            # By the created_at index: a job runs at most ZOMBIE_TIMEOUT_HOURS before the sweeper ends it.
             created_at__gte=since - timedelta(hours=settings.ZOMBIE_TIMEOUT_HOURS),
             conclusion="success",
             completed_at__gte=since,
