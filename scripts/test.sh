@@ -81,7 +81,7 @@ if [ $# -eq 0 ]; then
     exec .venv/bin/pytest -n 2 -p no:cacheprovider tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
       tests/relay/github/test_outbox.py tests/relay/endpoints/test_callback.py tests/relay/endpoints/test_ingest.py \
       tests/relay/reliability/test_sweeper.py tests/ootci/test_seed_demo.py tests/hud/history/test_history.py \
-      tests/hud/failing/test_classes.py tests/ootci/disabled/test_registry.py' > var/lane.log 2>&1 &
+      tests/hud/failing/test_classes.py tests/ootci/disabled/test_registry.py tests/ootci/test_case_recent.py' > var/lane.log 2>&1 &
   lane_pid=$!
   trap '[ -z "$lane_pid" ] || kill -- -"$lane_pid" 2>/dev/null || true' EXIT
 fi

@@ -1,7 +1,7 @@
 """Every failing test of a backend, classified: new on this PR, already failing, only on this backend, flaky, with a
-flakiness score and since when it fails. The rules are written once, here, over rows that either case store gives
-(``hud.stores.db.failing`` from PostgreSQL, ``hud.stores.clickhouse.failing`` from `oot_test_case`); which jobs to read
-(the PR head's, the baseline's, the other backends') comes from ``hud.failing.queries``.
+flakiness score and since when it fails. The rules are written once, here, over the rows a case store gives
+(``hud.stores.db.failing``); which jobs to read (the PR head's, the baseline's, the other backends') comes from
+``hud.failing.queries``.
 
 The classes (README "Failing tests"), for a test failing in a latest attempt of the backend's jobs at the target SHA:
 

@@ -96,25 +96,6 @@ class FallbackStore:
         return self._read("job_attempts", backend_id=backend_id, job_id=job_id)
 
 
-class FallbackCases(FallbackStore):
-    """The case store with ClickHouse configured: the reads by job from the database, the history from ClickHouse,
-    which the database answers when ClickHouse fails (as ``hud.stores.base.FallbackStore``).
-
-    The failing cases of given jobs, and given tests' cases in given jobs, are point reads that the database answers
-    from its (job, status) index in milliseconds (it keeps every case); ClickHouse, whose sorting key starts with the
-    test (generic_id, backend_id), scans the job column for them (0.1–0.5 s each on 10 million cases). The history, the
-    last results of each test on its backend, is a read by key there."""
-
-    def failing_cases(self, *, job_ids: list[int]) -> list[dict]:
-        return self.fallback.failing_cases(job_ids=job_ids)
-
-    def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
-        return self.fallback.cases_of(job_ids=job_ids, test_ids=test_ids)
-
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
-        return self._read("history", tests=tests, limit=limit)
-
-
 class FallbackHistory(FallbackStore):
     """The ClickHouse rows, or the database's when a ClickHouse read fails (as :class:`FallbackStore`)."""
 

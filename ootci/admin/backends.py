@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from ootci import case_days, gates, governance, levels
+from ootci import case_days, case_recent, gates, governance, levels
 from ootci.admin.base import ReadOnlyInline, RecordAdmin
 from ootci.admin.identities import BuildkitePipelineInline, IdentityChangeInline, pipelines_saved
 from ootci.models import Backend, BuildkitePipeline, DeferredTask, Event, JobResult, LevelChange, TestReport
@@ -305,7 +305,7 @@ class JobResultAdmin(admin.ModelAdmin):
         self.delete_queryset(request, JobResult.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset) -> None:
-        """The jobs' parsed cases leave the test search's roll-up with them (``ootci.case_days``)."""
+        """The jobs' parsed cases leave the roll-ups with them (``ootci.case_days``, ``ootci.case_recent``)."""
         with cases_counted_out(TestReport.objects.filter(job__in=queryset)):
             super().delete_queryset(request, queryset)
 
@@ -313,11 +313,13 @@ class JobResultAdmin(admin.ModelAdmin):
 @contextmanager
 def cases_counted_out(reports) -> Iterator[None]:
     """Around a deletion that takes ``reports`` (a queryset) with it: their parsed cases leave the test search's
-    roll-up (``ootci.case_days``, kept over every backend) in the same transaction."""
+    roll-up (``ootci.case_days``, kept over every backend) and the failing tests' history (``ootci.case_recent``) in
+    the same transaction."""
     with transaction.atomic():
         parsed = reports.filter(state=TestReport.State.PARSED).values_list("pk", flat=True)
-        counted = case_days.case_days_keys(list(parsed))
+        counted, recent = case_days.case_days_keys(list(parsed)), case_recent.recent_keys(list(parsed))
         yield
+        case_recent.recent_recount(recent)
         case_days.case_days_recount(counted)
 
 

@@ -3,7 +3,8 @@
 - ``core``: the allowlist (Backend, LevelChange).
 - ``identities``: CI identities that are not a repository claim (BuildkitePipeline) and their audit (IdentityChange).
 - ``runs``: upstream pull requests and deliveries, dispatches, job results, refused callbacks.
-- ``reports``: per-test results (TestReport, TestCase) and their daily roll-up per test (TestDay).
+- ``reports``: per-test results (TestReport, TestCase), their daily roll-up per test (TestDay) and each
+  backend's last results per test (TestRecent).
 - ``failures``: the log classifier's rules and each failed job's classification.
 - ``governance``: level reviews, gate notices and temporary downgrades.
 - ``alerts``: alert rules, incidents, notification channels and notifications, the PR comment rows.
@@ -30,7 +31,7 @@ from ootci.models.failures import Exoneration, FailureClass, FailureRule, JobFai
 from ootci.models.governance import GateNotice, LevelReview, TemporaryDowngrade, allowlisted_level
 from ootci.models.identities import BuildkitePipeline, IdentityChange, claims_unmet, required_claims_problem
 from ootci.models.ledger import LedgerFile, LedgerRun
-from ootci.models.reports import TestCase, TestDay, TestReport
+from ootci.models.reports import TestCase, TestDay, TestRecent, TestReport
 from ootci.models.runs import (
     CallbackRejection,
     Delivery,
@@ -78,6 +79,7 @@ __all__ = [
     "PullRequest",
     "TestCase",
     "TestDay",
+    "TestRecent",
     "TestReport",
     "TemporaryDowngrade",
     "allowlisted_level",

@@ -128,3 +128,26 @@ class TestDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.test_id} on {self.day}"
+
+
+class TestRecent(models.Model):
+    """One test's last results on one backend's nightly and push runs: what the failing-tests classification reads as
+    its history (flakiness, failing since; ``hud.stores.db.failing``) instead of every case of the test. Kept by
+    ``ootci.case_recent`` in the transaction that parses a report or takes a parsed one back, so it always holds the
+    newest ``ootci.verdicts.HISTORY`` counted cases of the parsed reports."""
+
+    __test__ = False
+
+    # Indexed by the unique (backend, test) constraint, which leads with it.
+    backend = models.ForeignKey("ootci.Backend", on_delete=models.CASCADE, related_name="+", db_index=False)
+    test_id = models.CharField(max_length=1000)
+    results = models.JSONField(
+        default=list,
+        help_text="Newest first: [arrival (µs since the epoch), report id, case id, status, reruns, job id, job SHA]",
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["backend", "test_id"], name="testrecent_unique_backend_test")]
+
+    def __str__(self) -> str:
+        return f"{self.test_id} on backend {self.backend_id}"

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
-from ootci import baseline, case_days, claims, jobs, ledger
+from ootci import baseline, case_days, case_recent, claims, jobs, ledger
 from ootci.environment import environment_from_properties
 from ootci.models import BISECT_EVENT, Event, JobResult, TestCase, TestReport
 from ootci.replication import job_results_changed
@@ -270,6 +270,7 @@ def report_parse(*, report_id: int) -> str:
             transaction.on_commit(lambda: async_task("relay.tasks.breaks_after_report", job.pk), robust=True)
         elif job.event_type == BISECT_EVENT:  # the bisection step it decides
             transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_report", job.pk), robust=True)
+        case_recent.recent_add(report)  # the classification's history: locks the backend until the commit
         case_days.case_days_add(report)  # last: it locks the report's day until the commit
     if found := environment_from_properties(parsed.properties):  # what the callback did not state
         jobs.environment_fill(job_id=job.pk, found=found)

@@ -1,5 +1,5 @@
-"""The table of every test case in ClickHouse (`oot_test_case`): its definition, read by the case stores
-(``hud.stores.clickhouse.failing``, ``hud.stores.clickhouse.history``), filled by ``hud.stores.clickhouse.copy_cases``.
+"""The table of every test case in ClickHouse (`oot_test_case`): its definition, read by the test search and test page
+(``hud.stores.clickhouse.history``), filled by ``hud.stores.clickhouse.copy_cases``.
 """
 
 from hud.stores.clickhouse import connection as clickhouse

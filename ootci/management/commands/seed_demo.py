@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from ootci import case_days, ledger, levels
+from ootci import case_days, case_recent, ledger, levels
 from ootci.demo import AUTHORS, BACKENDS, DAYS, OPS, PR_COUNT, REPORTS, TESTS, TITLES, TRACEBACK, sha
 from ootci.models import (
     Backend,
@@ -55,8 +55,10 @@ class Command(BaseCommand):
 
     def clear(self) -> None:
         reports = TestReport.objects.filter(job__delivery_id__startswith="demo-", state=TestReport.State.PARSED)
-        counted = case_days.case_days_keys(list(reports.values_list("pk", flat=True)))
+        parsed = list(reports.values_list("pk", flat=True))
+        counted, recent = case_days.case_days_keys(parsed), case_recent.recent_keys(parsed)
         JobResult.objects.filter(delivery_id__startswith="demo-").delete()
+        case_recent.recent_recount(recent)  # the failing tests' history, without the demo's cases
         case_days.case_days_recount(counted)  # the test search's roll-up, without the demo's cases
         Delivery.objects.filter(delivery_id__startswith="demo-").delete()
         PullRequest.objects.filter(title__startswith="[demo]").delete()
@@ -341,7 +343,8 @@ class Command(BaseCommand):
             ],
             batch_size=2000,
         )
-        for report in reports:  # the test search's roll-up, as each report's parse adds to it
+        for report in reports:  # the roll-ups, as each report's parse adds to them
+            case_recent.recent_add(report)
             case_days.case_days_add(report)
 
     def rejections(self) -> None:
