@@ -12,8 +12,9 @@ here. It changes in the transaction that changes which cases count, so it always
   takes its reports' cases along) have their tests' rows read again from the cases that still count
   (``recent_keys`` before, ``recent_recount`` after).
 
-On PostgreSQL both take a transaction lock per backend first (before ``ootci.case_days``' day locks, in every writer):
-two parses of one backend's shards read and write the same rows. SQLite writes one transaction at a time.
+A parse merges in one statement on PostgreSQL (``MERGE``), in Python on SQLite (the embedded default). On PostgreSQL
+both take a transaction lock per backend first (before ``ootci.case_days``' day locks, in every writer): a re-parse
+reads rows a parse of the same backend writes. SQLite writes one transaction at a time.
 """
 
 from __future__ import annotations
@@ -153,38 +154,41 @@ def recent_recount(keys: dict[int, set[str]]) -> None:
     with transaction.atomic():
         _lock(keys)
         for backend_id, tests in sorted(keys.items()):
-            for chunk in _chunks(sorted(tests)):
-                backend_recount(TestCase, TestRecent, backend_id=backend_id, tests=chunk)
+            backend_recount(TestCase, TestRecent, backend_id=backend_id, tests=sorted(tests))
 
 
 def backend_recount(case_model, recent_model, *, backend_id: int, tests: list[str] | None = None) -> None:
     """Replace the backend's rows (those of ``tests`` only, when given) by the newest HISTORY counted cases of the
-    parsed reports of its nightly and push runs. Takes the models so that the migration filling the table runs it
-    with its own."""
-    rows = recent_model.objects.filter(backend_id=backend_id)
+    parsed reports of its nightly and push runs, BATCH tests at a time. Takes the models so that the migration
+    filling the table runs it with its own."""
     cases = case_model.objects.filter(
         job__backend_id=backend_id,
         job__event_type__in=BASELINE_EVENTS,
         report__state=TestReport.State.PARSED,
         status__in=COUNTED,
     )
-    if tests is not None:
-        rows, cases = rows.filter(test_id__in=tests), cases.filter(test_id__in=tests)
-    rows.delete()
-    newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
-    ranked = (
-        cases.annotate(n=Window(RowNumber(), partition_by=[F("test_id")], order_by=newest))
-        .filter(n__lte=HISTORY)
-        .order_by("test_id", *newest)
-        .values_list("test_id", "report__received_at", "report_id", "id", "status", "reruns", "job_id", "job__job_sha")
-    )
-    found: dict[str, list[list]] = defaultdict(list)
-    for test_id, at, report_id, case_id, status, reruns, job_id, sha in ranked.iterator(chunk_size=BATCH):
-        found[test_id].append(entry(at, report_id, case_id, status, reruns, job_id, sha))
-    recent_model.objects.bulk_create(
-        [recent_model(backend_id=backend_id, test_id=t, results=results) for t, results in found.items()],
-        batch_size=BATCH,
-    )
+    if tests is None:
+        recent_model.objects.filter(backend_id=backend_id).delete()
+        tests = sorted(set(cases.values_list("test_id", flat=True).order_by().iterator(chunk_size=BATCH)))
+    for chunk in _chunks(tests):
+        recent_model.objects.filter(backend_id=backend_id, test_id__in=chunk).delete()
+        newest = [F("report__received_at").desc(), F("report_id").desc(), F("id").desc()]
+        ranked = (
+            cases.filter(test_id__in=chunk)
+            .annotate(n=Window(RowNumber(), partition_by=[F("test_id")], order_by=newest))
+            .filter(n__lte=HISTORY)
+            .order_by("test_id", *newest)
+            .values_list(
+                "test_id", "report__received_at", "report_id", "id", "status", "reruns", "job_id", "job__job_sha"
+            )
+        )
+        found: dict[str, list[list]] = defaultdict(list)
+        for test_id, at, report_id, case_id, status, reruns, job_id, sha in ranked:
+            found[test_id].append(entry(at, report_id, case_id, status, reruns, job_id, sha))
+        recent_model.objects.bulk_create(
+            [recent_model(backend_id=backend_id, test_id=t, results=results) for t, results in found.items()],
+            batch_size=BATCH,
+        )
 
 
 def recent_rows(tests: dict[int, list[str]], *, limit: int) -> list[dict]:
