@@ -24,17 +24,6 @@ ADD = "test_ops.TestOps::test_add"
 MUL = "test_ops.TestOps::test_mul"
 
 
-@pytest.fixture
-def store(settings, tmp_path):
-    settings.TEST_REPORTS_URL = tmp_path.as_uri()
-    return tmp_path
-
-
-@pytest.fixture
-def npu(make_backend):
-    return make_backend("acme/npu", "L2", device="npu")
-
-
 def test_a_parsed_report_adds_its_cases_to_the_row_of_each_test_and_day(store, npu, make_backend):
     xpu = make_backend("intel/xpu", "L3", device="xpu")
     day = datetime(2026, 3, 10, tzinfo=UTC)

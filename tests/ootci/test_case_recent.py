@@ -18,23 +18,11 @@ from ootci.models import TestCase, TestRecent
 from ootci.verdicts import HISTORY
 from relay.reports import pull, reparse
 from tests.hud.builders import ago, job, report_with
+from tests.ootci.test_case_days import ADD, MUL
 
 pytestmark = pytest.mark.django_db
 
-ADD = "test_ops.TestOps::test_add"
-MUL = "test_ops.TestOps::test_mul"
 ADD_ID = "test_ops.py::TestOps::test_add"
-
-
-@pytest.fixture
-def store(settings, tmp_path):
-    settings.TEST_REPORTS_URL = tmp_path.as_uri()
-    return tmp_path
-
-
-@pytest.fixture
-def npu(make_backend):
-    return make_backend("acme/npu", "L2", device="npu")
 
 
 def recent_from_cases() -> dict[tuple[int, str], list[tuple]]:
