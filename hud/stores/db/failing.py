@@ -3,7 +3,7 @@ on its backend (TestRecent, ``ootci.case_recent``) as its history.
 
 Rows as ``hud.stores.base.CaseRows`` describes them: a case's order within its report is its id (cases are written in
 report order), its time the report's ``received_at``. With ClickHouse configured the database answers these reads too
-(``hud.stores.fallback.FallbackCases``).
+(``hud.failing.queries.case_store``).
 """
 
 from __future__ import annotations
