@@ -1,7 +1,8 @@
 """Page assembly, written once for both stores: figures with their lost dispatches, the backend matrix, the PR page,
 the job page and relay health.
 
-A store (``hud.stores.base``) gives the job-result rows; what is not a job result (the allowlist, dispatches,
+A store (``hud.stores.base``) gives the job-result rows (the PR and job pages: the database's, ``DatabaseStore``, read
+by key); what is not a job result (the allowlist, dispatches,
 deliveries, callback rejections, PR titles) is read here from the database. Lost dispatches come from the one selector,
 ``Dispatch.objects.lost``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import Count, Q
@@ -45,6 +46,9 @@ from hud.stores.types import (
 from ootci import levels
 from ootci.journal_figures import journal_figures
 from ootci.models import CallbackRejection, Delivery, Dispatch, PullRequest, lost_cutoff
+
+if TYPE_CHECKING:
+    from hud.stores.db.jobs import DatabaseStore
 
 PER_PAGE = 50
 
@@ -159,7 +163,7 @@ def natural_key(text: str) -> tuple:
 # --- the PR page and the job page ------------------------------------------------------------------------------------
 
 
-def pull_request(store: Store, *, number: int, backends: list[BackendInfo]) -> PrDetail | None:
+def pull_request(store: DatabaseStore, *, number: int, backends: list[BackendInfo]) -> PrDetail | None:
     """One upstream PR: a group per backend of ``backends`` that was dispatched or reported; None if unknown."""
     pr = PullRequest.objects.filter(upstream_repo=settings.UPSTREAM_REPO, number=number).first()
     rows = store.pr_jobs(number=number)  # newest first
@@ -214,7 +218,7 @@ def waiting_dispatches(number: int, head: str, backend_ids: set[int]) -> dict[in
     return found
 
 
-def job_detail(store: Store, *, backend_id: int, job_id: int) -> JobDetail | None:
+def job_detail(store: DatabaseStore, *, backend_id: int, job_id: int) -> JobDetail | None:
     """One job attempt of a backend with every attempt of the same job; None if it is not that backend's."""
     attempts = [job_from_row(r) for r in store.job_attempts(backend_id=backend_id, job_id=job_id)]
     job = next((j for j in attempts if j.id == job_id), None)

@@ -109,12 +109,6 @@ class Store(Protocol):
     def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
         """Job rows (and ``job_sha``): the latest attempts in the window of the jobs tested on ``shas``."""
 
-    def pr_jobs(self, *, number: int) -> list[dict]:
-        """Job rows (and ``job_sha``) of every pull_request attempt of upstream PR ``number``, newest first."""
-
-    def job_attempts(self, *, backend_id: int, job_id: int) -> list[dict]:
-        """Job rows of every attempt of the job of attempt ``job_id`` of this backend, newest first ([] if none)."""
-
 
 class CaseRows(Protocol):
     """The test cases the failing-tests view reads (``hud.failing``)."""
@@ -125,10 +119,10 @@ class CaseRows(Protocol):
     def cases_of(self, *, job_ids: list[int], test_ids: list[str]) -> list[dict]:
         """Every case (job_id, test_id, status, reruns) of ``test_ids`` in the jobs."""
 
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
-        """The last ``limit`` passed or failing results (backend_id, test_id, status, job_id, job_sha, at = report
-        time) of each test of ``tests`` (backend id → test ids) on its backend, newest first (report time, report,
-        case)."""
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> dict[tuple[int, str], list[dict]]:
+        """The last ``limit`` passed or failing results (status, reruns, job_id, job_sha, at = report time) of each
+        test of ``tests`` (backend id → test ids) on its backend, newest first (report time, report, case), by
+        (backend id, test id); a test without any: absent."""
 
 
 class HistoryRows(Protocol):

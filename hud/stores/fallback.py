@@ -89,12 +89,6 @@ class FallbackStore:
     def cells(self, window: BackendWindow, *, shas: list[str]) -> list[dict]:
         return self._read("cells", window, shas=shas)
 
-    def pr_jobs(self, *, number: int) -> list[dict]:
-        return self._read("pr_jobs", number=number)
-
-    def job_attempts(self, *, backend_id: int, job_id: int) -> list[dict]:
-        return self._read("job_attempts", backend_id=backend_id, job_id=job_id)
-
 
 class FallbackHistory(FallbackStore):
     """The ClickHouse rows, or the database's when a ClickHouse read fails (as :class:`FallbackStore`)."""

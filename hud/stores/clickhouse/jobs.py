@@ -50,7 +50,6 @@ from hud.stores.base import (
     latest_order,
 )
 from hud.stores.clickhouse import connection as clickhouse
-from ootci.models import JobResult
 
 SINCE = "{since:DateTime64(6, 'UTC')}"
 JOB_ROW = ", ".join([*JOB_COLUMNS, "job_sha"])
@@ -223,16 +222,3 @@ class ClickHouseStore:
         )
         with clickhouse.session():  # latest attempts in the window, one per job
             return jobs(where, backend_id=window.backend_id, event=window.event, since=window.since, shas=shas)
-
-    def pr_jobs(self, *, number: int) -> list[dict]:
-        with clickhouse.session():
-            return jobs("pr_number = {number:UInt32} AND event_type = 'pull_request'", number=number)
-
-    def job_attempts(self, *, backend_id: int, job_id: int) -> list[dict]:
-        with clickhouse.session():
-            found = jobs("backend_id = {backend_id:UInt64} AND id = {id:UInt64}", backend_id=backend_id, id=job_id)
-            if not found:
-                return []
-            fields = JobResult.JOB_FIELDS
-            same = " AND ".join(f"{f} = {{{f}:{'UInt64' if f == 'backend_id' else 'String'}}}" for f in fields)
-            return jobs(same, **{f: found[0][f] for f in fields})

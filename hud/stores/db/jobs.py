@@ -296,9 +296,13 @@ class DatabaseStore:
         jobs = JobResult.objects.filter(backend_id=window.backend_id, event_type=window.event, job_sha__in=shas)
         return latest_attempts(job_rows(jobs.filter(finished_at__gte=window.since)))
 
+    # Point reads, of the database only (``hud.figures.pages``): not in ``Store``.
+
     def pr_jobs(self, *, number: int) -> list[dict]:
+        """Job rows (and ``job_sha``) of every pull_request attempt of upstream PR ``number``, newest first."""
         return job_rows(JobResult.objects.filter(pr_number=number, event_type="pull_request"))
 
     def job_attempts(self, *, backend_id: int, job_id: int) -> list[dict]:
+        """Job rows of every attempt of the job of attempt ``job_id`` of this backend, newest first ([] if none)."""
         j = JobResult.objects.filter(backend_id=backend_id, id=job_id).first()
         return job_rows(j.attempts()) if j is not None else []

@@ -1,4 +1,5 @@
 """The ClickHouse store (chdb) against the database store: the same data gives the same figures, query by query.
+(The PR and job pages read the database whatever the store: ``tests/hud/stores/test_fallback.py``.)
 
 Each test fills PostgreSQL, replicates to an embedded ClickHouse under tmp_path and computes every HUD figure
 twice through ``hud.figures.queries``, once per store, with the same ``now``.
@@ -29,7 +30,7 @@ def chdb_url(tmp_path) -> str:
     return f"chdb://{tmp_path / 'clickhouse'}"
 
 
-def figures(*, now, backend_ids, pr_numbers, job_ids, events=EVENTS, pages=(1, 2)) -> dict:
+def figures(*, now, backend_ids, events=EVENTS, pages=(1, 2)) -> dict:
     """Every figure the pages and the API show, keyed by what was asked."""
     found: dict = {}
     for event in events:
@@ -48,11 +49,6 @@ def figures(*, now, backend_ids, pr_numbers, job_ids, events=EVENTS, pages=(1, 2
         for days in (14, 90):
             found["metrics", days, event] = queries.metrics(days=days, event=event, now=now)
     found["readiness"] = queries.readiness(now=now)
-    for number in pr_numbers:
-        found["pr", number] = queries.pull_request(number)
-    for bid in backend_ids:
-        for job_id in job_ids:
-            found["job", bid, job_id] = queries.job_detail(backend_id=bid, job_id=job_id)
     return found
 
 
@@ -115,8 +111,6 @@ def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, 
         settings,
         chdb_url,
         backend_ids=[s.backend.id, xpu.id, listed.id],
-        pr_numbers=[101, 102, 103, 104, 999],
-        job_ids=[*JobResult.objects.values_list("id", flat=True), 10**9],
     )
 
     # The figures are the hand-counted ones, not two equally wrong answers: the re-run test job passed, the
@@ -125,7 +119,7 @@ def test_the_hand_counted_history_has_the_same_figures_in_both_stores(settings, 
     assert (counts.successes, counts.test_failures, counts.infra_failures, counts.lost) == (4, 1, 4, 2)
     xpu_counts = found["stats", 7, "pull_request", xpu.id][xpu.id].counts
     assert (xpu_counts.successes, xpu_counts.test_failures, xpu_counts.infra_failures) == (3, 1, 1)  # none deleted
-    assert found["pr", 101].summary["jobs"] == 13
+    assert queries.pull_request(101).summary["jobs"] == 13
     row = next(r for r in found["matrix", 7, "pull_request", s.backend.id, False, 1].rows if r.pr_number == 105)
     assert (row.at, row.lost, list(row.cells)) == (again.created_at, 1, ["ci / build"])
 
@@ -135,16 +129,12 @@ def test_the_demo_data_has_the_same_figures_in_both_stores(settings, chdb_url):
     settings.CLICKHOUSE_URL = chdb_url
     copy_jobs.replicate()
     backends = allowlisted.backends()
-    prs = list(PullRequest.objects.order_by("number").values_list("number", flat=True))
-    jobs = list(JobResult.objects.order_by("id").values_list("id", flat=True))
 
     found = assert_same_figures(
         settings,
         chdb_url,
         events=("pull_request", "nightly"),
         backend_ids=[b.id for b in backends if b.level != "L1"][:4],
-        pr_numbers=prs[::20],
-        job_ids=jobs[::400],
     )
 
     overview = found["overview", 7, "pull_request"]
@@ -178,7 +168,7 @@ def test_each_window_picks_its_own_latest_attempts_in_both_stores(settings, chdb
     settings.CLICKHOUSE_URL = chdb_url
     copy_jobs.replicate()
 
-    assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id], pr_numbers=[], job_ids=[])
+    assert_same_figures(settings, chdb_url, events=("push",), backend_ids=[backend.id])
 
 
 def test_a_run_across_a_window_start_has_the_same_time_in_both_stores(settings, chdb_url, make_backend):
@@ -189,9 +179,7 @@ def test_a_run_across_a_window_start_has_the_same_time_in_both_stores(settings, 
     settings.CLICKHOUSE_URL = chdb_url
     copy_jobs.replicate()
 
-    found = assert_same_figures(
-        settings, chdb_url, events=("pull_request",), backend_ids=[backend.id], pr_numbers=[], job_ids=[]
-    )
+    found = assert_same_figures(settings, chdb_url, events=("pull_request",), backend_ids=[backend.id])
     assert found["readiness"][backend.id].demotion.e2e_p50 == pytest.approx(3 * 86400, abs=1)  # 7 days: PR 6 alone
 
 

@@ -15,7 +15,7 @@ from tests.hud.builders import job
 pytestmark = pytest.mark.django_db
 
 BANNER = "Analytics store unavailable — showing figures from PostgreSQL."
-PAGES = ["/oot/", "/oot/acme/npu/", "/oot/pr/101/", "/oot/metrics/"]
+PAGES = ["/oot/", "/oot/acme/npu/", "/oot/metrics/"]  # the pages of figures (the PR and job pages: below)
 
 
 @pytest.fixture
@@ -36,16 +36,35 @@ def test_pages_show_database_figures_and_say_so_when_clickhouse_is_unreachable(c
     s = scenario.build()
     settings.CLICKHOUSE_URL = unreachable
 
-    for url in [*PAGES, f"/oot/acme/npu/jobs/{s.rerun.id}/"]:
+    for url in PAGES:
         response = client.get(url)
         assert response.status_code == 200, url
         assert BANNER in response.content.decode(), url
+    for url in ["/oot/pr/101/", f"/oot/acme/npu/jobs/{s.rerun.id}/"]:  # read by key, from the database alone
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert BANNER not in response.content.decode(), url
     overview = client.get("/oot/").content.decode()
     assert "33.3" in overview  # the hand-counted pass rate, from PostgreSQL
     assert "secret" not in overview
     # Anonymous visitors get a generic line; the driver's error (hosts, ports, SQL) is for staff and the logs.
     assert "the details are in the server&#x27;s log" in overview and "127.0.0.1" not in overview
     assert client.get("/api/oot/").json()["sections"]["L2"][0]["stats"]["counts"]["pass_rate"] == 33.3
+
+
+def test_the_pr_and_job_pages_show_a_job_not_yet_replicated(client, settings, chdb_url, make_backend):
+    scenario.build()
+    settings.CLICKHOUSE_URL = chdb_url
+    copy_jobs.replicate()
+    xpu = make_backend("intel/xpu", "L2", device="xpu")  # its first report, after the last replication
+    late = job(xpu, name="late", event_type="pull_request", pr_number=101, head_sha=scenario.A, conclusion="failure")
+
+    page = client.get("/oot/pr/101/").content.decode()
+    job_page = client.get(f"/oot/intel/xpu/jobs/{late.pk}/")
+
+    assert "intel/xpu" in page and f"/oot/intel/xpu/jobs/{late.pk}/" in page and "ci / late" in page
+    assert "Fix index_put" in page  # and the jobs replicated before
+    assert job_page.status_code == 200 and "ci / late" in job_page.content.decode()
 
 
 def test_staff_see_why_clickhouse_failed(admin_client, settings, unreachable):
