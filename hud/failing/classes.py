@@ -240,11 +240,10 @@ class Rows:
     history: dict[tuple[int, str], list[dict]]
 
     @classmethod
-    def of(cls, *, failing: dict[int, list[dict]], cases: list[dict], history: list[dict]) -> Rows:
-        past: dict[tuple[int, str], list[dict]] = defaultdict(list)
-        for r in history:
-            past[r["backend_id"], r["test_id"]].append(r)
-        return cls(failing, by_job(cases), past)
+    def of(
+        cls, *, failing: dict[int, list[dict]], cases: list[dict], history: dict[tuple[int, str], list[dict]]
+    ) -> Rows:
+        return cls(failing, by_job(cases), history)
 
     def statuses(self, jobs: Iterable[int], tests: set[str]) -> dict[str, list[dict]]:
         """The cases of ``tests`` in ``jobs``, by test."""
@@ -357,7 +356,7 @@ def classified(
     if failing is None:
         failing = by_job(store.failing_cases(job_ids=sorted(j.id for t in ran for j in t.run.jobs)) if ran else [])
     test_ids = sorted({test for t in ran for test in chosen_tests(t, failing)[0]})
-    cases, history = [], []
+    cases, history = [], {}
     if test_ids:
         jobs = {job for t in ran for job in (*t.run.attempts, *t.others)}
         jobs |= {j.id for t in ran if t.baseline for j in t.baseline.run.jobs}

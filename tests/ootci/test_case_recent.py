@@ -46,10 +46,10 @@ def recent_rolled_up() -> dict[tuple[int, str], list[tuple]]:
     tests: dict[int, list[str]] = {}
     for backend_id, test_id in TestRecent.objects.values_list("backend_id", "test_id"):
         tests.setdefault(backend_id, []).append(test_id)
-    found: dict[tuple[int, str], list[tuple]] = {}
-    for r in case_recent.recent_rows(tests, limit=HISTORY):
-        found.setdefault((r["backend_id"], r["test_id"]), []).append((r["status"], r["reruns"], r["job_id"], r["at"]))
-    return found
+    return {
+        key: [(r["status"], r["reruns"], r["job_id"], r["at"]) for r in results]
+        for key, results in case_recent.recent_rows(tests, limit=HISTORY).items()
+    }
 
 
 def test_parses_in_any_arrival_order_keep_each_tests_newest_results_in_order(store, npu, make_backend):
@@ -77,12 +77,13 @@ def test_a_report_arriving_late_takes_its_place_in_time_not_the_front(store, npu
     older = job(npu, name="b", head_sha="b" * 40)
     report_with(older, {ADD: "failed"}, at=noon - timedelta(hours=5))  # parsed after, arrived before
 
-    rows = case_recent.recent_rows({npu.pk: [ADD_ID]}, limit=HISTORY)
+    rows = case_recent.recent_rows({npu.pk: [ADD_ID]}, limit=HISTORY)[npu.pk, ADD_ID]
     assert [(r["status"], r["job_sha"], r["at"]) for r in rows] == [
         ("passed", "a" * 40, noon),
         ("failed", "b" * 40, noon - timedelta(hours=5)),
     ]
-    assert [r["status"] for r in case_recent.recent_rows({npu.pk: [ADD_ID]}, limit=1)] == ["passed"]
+    assert [r["status"] for r in case_recent.recent_rows({npu.pk: [ADD_ID]}, limit=1)[npu.pk, ADD_ID]] == ["passed"]
+    assert case_recent.recent_rows({npu.pk: ["test_nowhere.py::test_x"]}, limit=HISTORY) == {}
 
 
 def test_a_pull_requests_report_counts_nowhere(store, npu):

@@ -22,7 +22,7 @@ class DatabaseCases:
         rows = TestCase.objects.filter(job_id__in=job_ids, test_id__in=test_ids).order_by()
         return list(rows.values("job_id", "test_id", "status", "reruns"))
 
-    def history(self, *, tests: dict[int, list[str]], limit: int) -> list[dict]:
+    def history(self, *, tests: dict[int, list[str]], limit: int) -> dict[tuple[int, str], list[dict]]:
         # Kept per (backend, test) as reports are parsed (TestRecent, ``ootci.case_recent``): a read by key, where
         # the cases themselves cost one index range per test over every backend's results (70 ms for a PR page of 12
         # failing backends at 1,000,000 cases).
