@@ -1,5 +1,5 @@
-"""The failing-tests table's rows, written by ``hud.templatetags.hud.failing_test_rows`` instead of the template's tags
-(the PR page renders about a thousand of them): the same cells the template gave, escaped."""
+"""The failing-tests table's rows, written by ``hud.templatetags.hud_rows.failing_test_rows`` instead of the
+template's tags (the PR page renders about a thousand of them): the same cells the template gave, escaped."""
 
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from django.utils import timezone
 from hud.failing.classes import FailingTest
 
 BACKEND = SimpleNamespace(org="acme", name="npu")
-TEMPLATE = Template("{% load hud %}{% failing_test_rows tests backend %}")
+TEMPLATE = Template("{% load hud_rows %}{% failing_test_rows tests backend %}")
 
 
 def failing(**changes) -> FailingTest:

@@ -1,4 +1,4 @@
-"""The jobs table's rows, written by ``hud.templatetags.hud.job_rows`` instead of an include of a template per row
+"""The jobs table's rows, written by ``hud.templatetags.hud_rows.job_rows`` instead of an include of a template per row
 (the PR page renders about 200 with their failure lines and first failed tests): the same HTML the template gave.
 
 BEFORE (``job_row_before.html``) is that template, ``_job_row.html`` with its includes (``_failure_line.html``,
@@ -22,7 +22,7 @@ BACKEND = SimpleNamespace(org="acme", name="npu")
 HERE = Path(__file__).parent
 BEFORE = Template("{% load hud %}{% for job in jobs %}" + (HERE / "job_row_before.html").read_text() + "{% endfor %}")
 AFTER = Template(
-    "{% load hud %}{% job_rows jobs backend current=current failures=failures reported=reported "
+    "{% load hud_rows %}{% job_rows jobs backend current=current failures=failures reported=reported "
     "show_sha=show_sha show_tests=show_tests %}"
 )
 NOW = timezone.now()
