@@ -2,9 +2,8 @@
 the job page and relay health.
 
 A store (``hud.stores.base``) gives the job-result rows (the PR and job pages: the database's, ``DatabaseStore``, read
-by key); what is not a job result (the allowlist, dispatches,
-deliveries, callback rejections, PR titles) is read here from the database. Lost dispatches come from the one selector,
-``Dispatch.objects.lost``.
+by key); what is not a job result (the allowlist, dispatches, deliveries, callback rejections, PR titles) is read here
+from the database. Lost dispatches come from the one selector, ``Dispatch.objects.lost``.
 """
 
 from __future__ import annotations

@@ -176,4 +176,4 @@ def linked_test(test_id: str) -> str:
     """A test id, linked to the test's page (every backend) when a URL can carry it."""
     url = history_url(test_id)
     code = f"<code>{escape(test_id)}</code>"
-    return mark_safe(f'<a href="{url}" title="This test on every backend">{code}</a>' if url else code)
+    return mark_safe(f'<a href="{escape(url)}" title="This test on every backend">{code}</a>' if url else code)

@@ -123,7 +123,7 @@ FAILURES = {
 REPORTED = {
     2: [case("test_ops.py::TestOps::test_add", reruns=2, message="AssertionError: 1 != 2\nat line 3"), case("t<b>")],
     7: [case("bad\nid", message="  <pre> & more")],
-    10: [case("test_one.py::test_x")],
+    10: [case("test_one.py::test_x"), case("test_amp.py::test_a&b")],
 }
 
 
