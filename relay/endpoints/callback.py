@@ -22,7 +22,6 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ootci import environment
 from ootci.http.api_errors import RefusalSerializer
@@ -32,6 +31,7 @@ from relay.endpoints.callback_body import CONCLUSIONS, callback_body_checked
 from relay.endpoints.requests import (
     MAX_COUNT,
     Refused,
+    WriteApi,
     body_json,
     body_size_check,
     rate_limit,
@@ -71,11 +71,7 @@ class EnvironmentField(serializers.JSONField):
     """Where the job ran (optional, never used for routing); other keys are kept up to a size cap."""
 
 
-class CallbackApi(APIView):
-    authentication_classes: list = []  # the OIDC token is checked in post(), in the order above
-    permission_classes: list = []
-    parser_classes: list = []  # the raw body is size-checked before it is parsed
-
+class CallbackApi(WriteApi):
     # Component names of their own in the OpenAPI schema: the HUD ingest has serializers of the same class names.
     @extend_schema_serializer(component_name="CallbackReport")
     class InputSerializer(serializers.Serializer):

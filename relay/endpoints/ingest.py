@@ -16,13 +16,12 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ootci.http.api_errors import RefusalSerializer, validation_detail
 from ootci.levels import Level
 from ootci.models import Backend, Event, JobResult
 from relay.endpoints import checked, job_reports
-from relay.endpoints.requests import MAX_COUNT, Refused, body_json, body_size_check
+from relay.endpoints.requests import MAX_COUNT, Refused, WriteApi, body_json, body_size_check
 
 INGEST_MAX_BYTES = 2 * 1024 * 1024  # exactly 2 MiB is accepted, as the reference HUD does
 
@@ -43,11 +42,7 @@ def _choice(choices: list[str]) -> serializers.ChoiceField:
     return serializers.ChoiceField(choices=choices, required=False, allow_null=True, allow_blank=True)
 
 
-class IngestApi(APIView):
-    authentication_classes: list = []  # the shared bot token is checked in post()
-    permission_classes: list = []
-    parser_classes: list = []  # the raw body is size-checked before it is parsed
-
+class IngestApi(WriteApi):
     # Component names of their own in the OpenAPI schema: the callback has serializers of the same class names.
     @extend_schema_serializer(component_name="CrcrResult")
     class InputSerializer(serializers.Serializer):

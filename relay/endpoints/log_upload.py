@@ -12,12 +12,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ootci.http.api_errors import RefusalSerializer
 from ootci.models import JobResult
 from relay.endpoints import checked
-from relay.endpoints.requests import Refused, body_size_check, rate_limit, reporting_backend, verified_repo
+from relay.endpoints.requests import Refused, WriteApi, body_size_check, rate_limit, reporting_backend, verified_repo
 from relay.reliability import archive
 from relay.reports import logs, pull
 
@@ -31,11 +30,7 @@ QUERY = {
 }
 
 
-class JobLogApi(APIView):
-    authentication_classes: list = []
-    permission_classes: list = []
-    parser_classes: list = []  # the body is streamed to the store, never parsed or read whole
-
+class JobLogApi(WriteApi):
     @extend_schema(
         operation_id="github_job_log",
         summary="Upload a failed job's log (CI other than GitHub Actions)",

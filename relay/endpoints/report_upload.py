@@ -11,13 +11,12 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_seriali
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ootci.http.api_errors import RefusalSerializer, validation_detail
 from ootci.models import TestReport
 from ootci.reports import junit
 from relay.endpoints import ratelimit
-from relay.endpoints.requests import MAX_COUNT, Refused, body_size_check, reporting_backend, verified_repo
+from relay.endpoints.requests import MAX_COUNT, Refused, WriteApi, body_size_check, reporting_backend, verified_repo
 from relay.reports import pull
 
 CONTENT_TYPES = {
@@ -33,11 +32,7 @@ CONTENT_TYPES = {
 }
 
 
-class TestReportApi(APIView):
-    authentication_classes: list = []  # the OIDC token is checked in post()
-    permission_classes: list = []
-    parser_classes: list = []  # the raw body is streamed, never parsed by DRF
-
+class TestReportApi(WriteApi):
     class QuerySerializer(serializers.Serializer):
         delivery_id = serializers.CharField(max_length=100)
         workflow = serializers.CharField(max_length=255)

@@ -433,3 +433,18 @@ def test_a_callback_is_four_statements(downstream, client, django_assert_num_que
             response = client.post("/github/callback", body, content_type="application/json", **auth)
         assert response.status_code == 200, response.content
     get_broker().purge_queue()
+
+
+def test_a_callback_is_answered_in_json_whatever_it_accepts(downstream):
+    """The write endpoints do not negotiate (relay.endpoints.requests.JsonAnswer): a client that asks for HTML, or
+    for nothing the relay renders, still gets its JSON answer, and a refusal its JSON detail."""
+    ci = downstream()
+    dispatch = ci.dispatch()
+
+    accepted = ci.post(ci.body("pull_request.in_progress", dispatch), headers={"Accept": "text/html"})
+    refused = ci.post(b"{", headers={"Accept": "application/xml"})
+
+    assert (accepted.status_code, accepted.headers["Content-Type"]) == (200, "application/json")
+    assert accepted.json()["status"] == "in_progress"
+    assert (refused.status_code, refused.headers["Content-Type"]) == (400, "application/json")
+    assert "JSON" in refused.json()["detail"]
