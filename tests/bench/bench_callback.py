@@ -28,7 +28,6 @@ import queue
 import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -41,12 +40,13 @@ import redis
 from tests.bench.trees import (
     BASELINE,
     ROOT,
-    WORKER,
     fake_github_app,
     interleaved,
     medians,
     production_environment,
+    python_of,
     trees_on_databases,
+    worker_command,
 )
 from tests.fakes.github import FakeGitHub
 from tests.fakes.oidc import AUDIENCE, FakeOidcIssuer, reporter_body
@@ -161,7 +161,9 @@ def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub
     port = _free_port()
     server = subprocess.Popen(
         [
-            str(ROOT / ".venv/bin/gunicorn"),
+            python_of(tree),
+            "-m",
+            "gunicorn",
             "config.wsgi",
             "-b",
             f"127.0.0.1:{port}",
@@ -172,7 +174,7 @@ def _round(tree: Path, database: str, issuer: FakeOidcIssuer, github: FakeGitHub
         cwd=tree,
         env=env,
     )
-    worker = subprocess.Popen(WORKER, cwd=tree, env=env)
+    worker = subprocess.Popen(worker_command(tree), cwd=tree, env=env)
     figures: dict[str, float] = {}
     try:
         _wait_until_up(port)
@@ -428,7 +430,7 @@ def _environment(database: str, issuer: FakeOidcIssuer, github: FakeGitHub) -> d
 
 def _manage(tree: Path, env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=tree, env=env, capture_output=True, text=True, check=False
+        [python_of(tree), "manage.py", *args], cwd=tree, env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

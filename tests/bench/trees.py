@@ -5,6 +5,7 @@ import os
 import secrets
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,14 +38,37 @@ def trees_on_databases(kind: str) -> Iterator[list[Tree]]:
 def interleaved(
     trees: list[Tree], rounds: int, run: Callable[[Path, str], dict], line: Callable[[dict], str]
 ) -> dict[str, list[dict]]:
-    """Each tree's figures per round, ``run(checkout, database)`` called tree after tree in every round."""
+    """Each tree's figures per round, ``run(checkout, database)`` called tree after tree in every round, the order
+    reversed every other round (A B, B A, A B, …), each run once the machine has settled: the tree that ran first
+    after a pause measured up to a millisecond less CPU per callback than the same code run second, which met what
+    the first left running (its database's autovacuum, its processes' exit)."""
     results: dict[str, list[dict]] = {label: [] for label, _, _ in trees}
     for n in range(rounds):
-        for label, tree, database in trees:
+        for label, tree, database in trees if n % 2 == 0 else trees[::-1]:
+            settled()
             figures = run(tree, database)
             results[label].append(figures)
             print(f"\n[round {n + 1}, {label}] " + line(figures))
     return results
+
+
+def settled(idle: float = 0.9, longest: float = 20.0) -> None:
+    """Wait until the machine's cores are at least ``idle`` idle over half a second (at most ``longest`` seconds)."""
+    deadline = time.monotonic() + longest
+    while time.monotonic() < deadline:
+        before = _cpu_times()
+        time.sleep(0.5)
+        after = _cpu_times()
+        busy, total = (after[0] - before[0]), (after[1] - before[1])
+        if total and 1 - busy / total >= idle:
+            return
+
+
+def _cpu_times() -> tuple[int, int]:
+    """The machine's busy and total CPU ticks so far (/proc/stat's first line; idle and iowait are not busy)."""
+    with open("/proc/stat") as f:
+        ticks = [int(t) for t in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def medians(rounds: list[dict]) -> dict:
@@ -64,9 +88,17 @@ def fake_github_app(latency: float) -> Iterator[FakeGitHub]:
         fake.stop()
 
 
-# The task worker as the README's production runs it beside the web: at a lower priority, so a burst of follow-up
-# work never takes the cores from the callbacks and webhooks waiting for an answer.
-WORKER = ["nice", "-n", "10", sys.executable, "manage.py", "qcluster"]
+def python_of(tree: Path) -> str:
+    """The checkout's own interpreter when it has a .venv (a baseline with other requirements runs on its own
+    packages), else this one."""
+    own = tree / ".venv/bin/python"
+    return str(own) if own.exists() else sys.executable
+
+
+def worker_command(tree: Path) -> list[str]:
+    """The task worker as the README's production runs it beside the web: at a lower priority, so a burst of
+    follow-up work never takes the cores from the callbacks and webhooks waiting for an answer."""
+    return ["nice", "-n", "10", python_of(tree), "manage.py", "qcluster"]
 
 
 def production_environment(
