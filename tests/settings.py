@@ -42,7 +42,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     # The SQLite lane (make test): a test database in a file, as make run has, so that threads (the live server, a
     # dispatch fan-out) wait for each other's locks instead of failing on an in-memory database's table locks.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-sqlite-gw{_worker}.sqlite3")}  # noqa: F405
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+elif DATABASES["default"]["ENGINE"] == "ootci.postgresql":  # noqa: F405
     # PostgreSQL, but a transactional test's flush deletes rows rather than truncating every table (tests/postgresql).
     DATABASES["default"]["ENGINE"] = "tests.postgresql"  # noqa: F405
 VERDICT_WAIT_SECONDS = 0.0  # tests that wait for a verdict say so

@@ -1,4 +1,5 @@
-"""Django's PostgreSQL backend with one change for the suite: a transactional test's flush deletes the rows.
+"""The relay's PostgreSQL backend (ootci.postgresql) with one change for the suite: a transactional test's flush
+deletes the rows.
 
 After every transactional test (``transactional_db``, ``live_server``: about a third of the suite) Django empties every
 table with one ``TRUNCATE`` of them all. PostgreSQL truncates a table by giving it, its indexes and its TOAST table new
@@ -10,7 +11,9 @@ skip as they do after a deletion in production).
 A flush that resets sequences or cascades is Django's own.
 """
 
-from django.db.backends.postgresql import base, operations
+from django.db.backends.postgresql import operations
+
+from ootci.postgresql import base
 
 
 class DatabaseOperations(operations.DatabaseOperations):
