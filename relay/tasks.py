@@ -64,12 +64,19 @@ def sha_checks_retry() -> dict[str, int]:
 def jobs_sweep() -> dict[str, int]:
     """Scheduled every 10 minutes (relay/migrations/0002_callbacks_sweeper_schedule.py)."""
     result = sweeper.jobs_sweep()
-    return {"timed_out": len(result.timed_out), "lost": result.lost}
+    waiting = follow_up.follow_ups_resume()
+    return {"timed_out": len(result.timed_out), "lost": result.lost, "follow_ups_waiting": waiting}
 
 
 def job_completed(job_id: int) -> str:
-    """Enqueued on commit by a callback that completed a job: its reports, its log, the alert rules."""
+    """Enqueued on commit by a callback that completed a job unsuccessfully (a success's is in the bulk task below,
+    unless Redis is not there to hold the list): its reports, its log, the alert rules."""
     return follow_up.job_completed_follow_up(job_id=job_id)
+
+
+def job_follow_ups() -> dict[str, int]:
+    """Enqueued once for a burst of successful completions: each one's ``job_completed`` (follow_up_queue)."""
+    return follow_up.follow_ups_take()
 
 
 # --- check runs and re-runs --------------------------------------------------------------------

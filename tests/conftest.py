@@ -1,3 +1,4 @@
+import contextlib
 import functools
 import os
 import uuid
@@ -14,6 +15,7 @@ from hud.stores import fallback
 from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend
 from relay.endpoints import ratelimit
+from relay.reports import follow_up_queue
 from tests.fakes.buildkite import ISSUER as BUILDKITE_ISSUER
 from tests.fakes.buildkite import FakeBuildkite
 from tests.fakes.oidc import AUDIENCE, Downstream, FakeOidcIssuer
@@ -68,6 +70,16 @@ def _no_rate_budget_left_over():
             client.delete(*keys)
     except (KeyError, redis.RedisError):
         pass  # no test Redis: nothing counted there
+
+
+@pytest.fixture(autouse=True)
+def _no_follow_ups_left_over():
+    """The successes' bulk follow-up list, its pending mark and its lock live in Redis (relay.reports.follow_up_queue):
+    a test that queued without running its tasks, or an earlier session's rows of the same ids, never hold the next
+    test's follow-ups back."""
+    with contextlib.suppress(KeyError, redis.RedisError):  # no test Redis: the follow-ups are tasks of their own
+        redis.Redis.from_url(os.environ["REDIS_URL"]).delete(*follow_up_queue.keys())
+    yield
 
 
 @pytest.fixture(autouse=True)

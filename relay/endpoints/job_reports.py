@@ -23,7 +23,7 @@ from ootci.rows import rows_as
 from relay.endpoints import ratelimit, sha_check
 from relay.endpoints.tokens import callback_token_problem
 from relay.github import check_runs
-from relay.reports import logs
+from relay.reports import follow_up_queue, logs
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,10 @@ def callback_accept(
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
     if applied.changed and applied.job.status == JobResult.Status.COMPLETED:
         job_id = applied.job.pk
-        transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id, save=False), robust=True)
+        if applied.job.conclusion == "success":  # a burst of successes is followed up by one task
+            transaction.on_commit(lambda: follow_up_queue.follow_up_queue(job_id), robust=True)
+        else:
+            transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id, save=False), robust=True)
     return CallbackOutcome(applied.job, applied.changed)
 
 

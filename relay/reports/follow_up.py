@@ -1,22 +1,34 @@
-"""What a callback that completed a job starts, run by the task worker (``relay.tasks.job_completed``)."""
+"""What a callback that completed a job starts, run by the task worker: ``relay.tasks.job_completed`` for a job that
+did not succeed, the bulk task ``relay.tasks.job_follow_ups`` for a burst of successes (relay.reports.follow_up_queue).
+"""
 
 import logging
 import re
+import time
+import uuid
 from datetime import timedelta
 
+import redis
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_q.conf import Conf
 from django_q.models import Schedule
 from django_q.tasks import async_task, schedule
 
+from ootci.broker import RedisBroker
 from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
 from ootci.rows import columns, related_columns, rows_as
 from relay.alerts import incidents
 from relay.github import client as github
-from relay.reports import artifacts, logs, pull
+from relay.reports import artifacts, follow_up_queue, logs, pull
+from relay.reports.follow_up_queue import PENDING_SECONDS
 
 logger = logging.getLogger(__name__)
 
+BULK_CHUNK = 100  # ids read, followed up, then taken off the list together
+# Compare-and-delete: a task lets go of the lock only if it still holds it (not once it expired and another took it).
+RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
 # The task's reads written out, mapped as raw() maps them (ootci.rows): compiling the ORM's select_related read of
 # the job, its backend and its failure took a quarter of this task's CPU (py-spy, tests/bench/bench_callback.py).
@@ -122,3 +134,62 @@ def job_log_classified(job: JobResult) -> None:
     except Exception:
         logger.exception("job %s: log not classified: the task tries again", job.pk)
     transaction.on_commit(lambda: async_task("relay.tasks.job_log_classify", job.pk), robust=True)
+
+
+# --- the bulk task of successful jobs (relay.reports.follow_up_queue) ---------------------------------------------
+
+
+def follow_ups_take() -> dict[str, int]:
+    """The bulk task (relay.reports.follow_up_queue): follow up every job on the list, a chunk at a time, while it
+    holds the list's lock."""
+    client = RedisBroker.get_connection()
+    ids, pending, lock = follow_up_queue.keys()
+    client.delete(pending)  # a job completing from now on queues another task
+    deadline = time.monotonic() + Conf.TIMEOUT / 2
+    done = 0
+    while True:
+        token = uuid.uuid4().hex
+        if not client.set(lock, token, nx=True, ex=Conf.TIMEOUT):
+            return {"followed_up": done, "left_to_the_lock_holder": 1}
+        try:
+            while chunk := client.lrange(ids, 0, BULK_CHUNK - 1):
+                taken = 0
+                for raw in chunk:
+                    _bulk_follow_up(int(raw))
+                    taken += 1
+                    if time.monotonic() > deadline:
+                        break
+                client.ltrim(ids, taken, -1)
+                done += taken
+                if time.monotonic() > deadline:
+                    async_task("relay.tasks.job_follow_ups", save=False)
+                    return {"followed_up": done, "continued": 1}
+        finally:
+            client.eval(RELEASE, 1, lock, token)
+        if not client.llen(ids):  # ids pushed after the last chunk read, while their task found the lock taken
+            return {"followed_up": done}
+
+
+def follow_ups_resume() -> int:
+    """For the sweeper: queue the bulk task when the list has ids that no task is queued or running for (a task
+    lost with its lock's or its mark's time run out). Returns how many ids wait."""
+    if not settings.REDIS_URL:
+        return 0
+    ids, pending, lock = follow_up_queue.keys()
+    client = RedisBroker.get_connection()
+    try:
+        waiting = client.llen(ids)
+        if waiting and not client.exists(pending, lock) and client.set(pending, 1, nx=True, ex=PENDING_SECONDS):
+            async_task("relay.tasks.job_follow_ups", save=False)
+    except redis.RedisError as e:  # the list is in Redis: the next sweep looks again
+        logger.warning("bulk follow-ups not looked at: %s", e)
+        return 0
+    return waiting
+
+
+def _bulk_follow_up(job_id: int) -> None:
+    try:
+        job_completed_follow_up(job_id=job_id)
+    except Exception:
+        logger.exception("job %s: follow-up failed in the bulk task: queued alone", job_id)
+        async_task("relay.tasks.job_completed", job_id, save=False)

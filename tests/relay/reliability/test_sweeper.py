@@ -124,7 +124,7 @@ def test_it_leaves_completed_self_reports_alone(downstream):
 def test_the_task_reports_its_counts(make_job):
     make_job(started_ago=timedelta(days=2))
 
-    assert tasks.jobs_sweep() == {"timed_out": 1, "lost": 0}
+    assert tasks.jobs_sweep() == {"timed_out": 1, "lost": 0, "follow_ups_waiting": 0}
 
 
 # Schedules are installed by migrations; a transactional test that ran before in this worker flushed them (and
