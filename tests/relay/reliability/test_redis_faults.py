@@ -168,6 +168,22 @@ def test_a_callback_whose_follow_up_redis_did_not_take_has_it_queued_once_redis_
     assert ootci_tasks.deferred_tasks_requeue() == 0
 
 
+def test_a_success_redis_did_not_take_on_the_bulk_list_is_followed_up_alone_once_redis_is_back(own_redis, downstream):
+    ci = downstream(level="L2")
+    dispatch = ci.dispatch()
+    assert ci.post(ci.body("pull_request.in_progress", dispatch)).status_code == 200
+    own_redis.stop()
+
+    completed = ci.body("pull_request.completed.failure", dispatch, conclusion="success")
+    assert ci.post(completed).status_code == 200
+    job = JobResult.objects.get()
+
+    assert list(DeferredTask.objects.values_list("func", flat=True)) == ["relay.tasks.job_completed"]
+    own_redis.start()
+    assert ootci_tasks.deferred_tasks_requeue() == 1
+    assert queued() == [("relay.tasks.job_completed", (job.pk,))]
+
+
 def test_the_same_call_deferred_again_is_kept_once(own_redis, admin_client):
     own_redis.stop()
     for _ in range(3):  # a schedule coming due every minute of the outage
