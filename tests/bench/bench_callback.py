@@ -42,6 +42,7 @@ from tests.bench.trees import (
     ROOT,
     fake_github_app,
     interleaved,
+    machine_speed,
     medians,
     production_environment,
     python_of,
@@ -120,7 +121,8 @@ def test_callback_throughput_latency_and_cpu(issuer, github, trees, conclusion):
         f"\ncallbacks: {REPOS} backends x {JOBS_PER_REPO} shards of one run, in_progress then completed "
         f"({conclusion}), {CLIENTS} "
         f"client connections, gunicorn {' '.join(_worker_args())} + qcluster, fake GitHub at 100 ms, "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {ROUNDS}"
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {ROUNDS}; machine speed "
+        f"{machine_speed():.0f} ms of CPU for tests/bench/trees.machine_speed's work (more is slower)"
     )
     for label, rounds in results.items():
         print(f"{label}: " + _line(medians(rounds)))

@@ -39,6 +39,7 @@ from hud.stores.clickhouse import connection as clickhouse
 from ootci.models import Backend, TestCase, TestRecent
 from ootci.verdicts import HISTORY
 from tests.bench.data import BACKENDS, median_ms
+from tests.bench.trees import machine_speed
 
 RUNS = int(os.environ.get("BENCH_RUNS", 5))
 STEADY = 20  # requests of the PR page in a row, for its 90th percentile
@@ -326,6 +327,7 @@ def test_the_failing_tests_view_with_millions_of_cases(client, settings, tmp_pat
         "PR page (12 backends)": f"/oot/pr/{newest_pr}/",
     }
     print(f"load average before the requests: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"machine speed: {machine_speed():.0f} ms of CPU for tests/bench/trees.machine_speed's work (more is slower)")
     measure(client, settings, pages, url, f"ClickHouse as inserted: {parts()} parts")
     began = time.perf_counter()
     with clickhouse.session():

@@ -1,6 +1,7 @@
 """Benchmarks that measure this checkout beside another (``BENCH_BASELINE=<checkout>``), interleaved round by round
 (before, after, before, …) so that both meet the same load, each tree on a PostgreSQL database of its own."""
 
+import json
 import os
 import secrets
 import statistics
@@ -69,6 +70,21 @@ def _cpu_times() -> tuple[int, int]:
     with open("/proc/stat") as f:
         ticks = [int(t) for t in f.readline().split()[1:]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def machine_speed() -> float:
+    """Milliseconds of CPU this process takes for a fixed piece of pure-Python work (JSON in and out, a loop; the
+    least of three tries, about 0.15 s each): printed beside a benchmark's figures, so that days on machines of
+    different speed can be told apart."""
+    document = {"jobs": [{"id": n, "name": f"shard-{n}", "steps": list(range(20))} for n in range(2000)]}
+    tries = []
+    for _ in range(3):
+        started = time.process_time()
+        for _ in range(10):
+            total = sum(job["id"] for job in json.loads(json.dumps(document))["jobs"])
+        assert total == sum(range(2000))
+        tries.append((time.process_time() - started) * 1000)
+    return min(tries)
 
 
 def medians(rounds: list[dict]) -> dict:
