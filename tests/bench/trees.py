@@ -47,9 +47,10 @@ def interleaved(
     for n in range(rounds):
         for label, tree, database in trees if n % 2 == 0 else trees[::-1]:
             settled()
+            speed = machine_speed()
             figures = run(tree, database)
             results[label].append(figures)
-            print(f"\n[round {n + 1}, {label}] " + line(figures))
+            print(f"\n[round {n + 1}, {label}, machine speed {speed:.0f} ms] " + line(figures))
     return results
 
 
