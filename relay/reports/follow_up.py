@@ -27,6 +27,7 @@ from relay.reports.follow_up_queue import PENDING_SECONDS
 logger = logging.getLogger(__name__)
 
 BULK_CHUNK = 100  # ids read, followed up, then taken off the list together
+BULK_TIMEOUT_SECONDS = 120  # the lock's life and twice the task's, when Q_CLUSTER sets no task timeout
 # Compare-and-delete: a task lets go of the lock only if it still holds it (not once it expired and another took it).
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 GITHUB_RUN_ID = re.compile(r"^[0-9]{1,20}$")
@@ -145,11 +146,12 @@ def follow_ups_take() -> dict[str, int]:
     client = RedisBroker.get_connection()
     ids, pending, lock = follow_up_queue.keys()
     client.delete(pending)  # a job completing from now on queues another task
-    deadline = time.monotonic() + Conf.TIMEOUT / 2
+    timeout = Conf.TIMEOUT or BULK_TIMEOUT_SECONDS  # django-q2 allows none
+    deadline = time.monotonic() + timeout / 2
     done = 0
     while True:
         token = uuid.uuid4().hex
-        if not client.set(lock, token, nx=True, ex=Conf.TIMEOUT):
+        if not client.set(lock, token, nx=True, ex=timeout):
             return {"followed_up": done, "left_to_the_lock_holder": 1}
         try:
             while chunk := client.lrange(ids, 0, BULK_CHUNK - 1):
