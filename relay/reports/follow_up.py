@@ -151,23 +151,24 @@ def follow_ups_take() -> dict[str, int]:
     done = 0
     while True:
         token = uuid.uuid4().hex
-        if not client.set(lock, token, nx=True, ex=timeout):
+        if not client.set(lock, token, nx=True, px=max(1, int(timeout * 1000))):
             return {"followed_up": done, "left_to_the_lock_holder": 1}
+        late = False
         try:
-            while chunk := client.lrange(ids, 0, BULK_CHUNK - 1):
+            while not late and (chunk := client.lrange(ids, 0, BULK_CHUNK - 1)):
                 taken = 0
                 for raw in chunk:
                     _bulk_follow_up(int(raw))
                     taken += 1
-                    if time.monotonic() > deadline:
+                    if late := time.monotonic() > deadline:
                         break
                 client.ltrim(ids, taken, -1)
                 done += taken
-                if time.monotonic() > deadline:
-                    async_task("relay.tasks.job_follow_ups", save=False)
-                    return {"followed_up": done, "continued": 1}
         finally:
             client.eval(RELEASE, 1, lock, token)
+        if late:  # queued once the lock is free for it to take
+            async_task("relay.tasks.job_follow_ups", save=False)
+            return {"followed_up": done, "continued": 1}
         if not client.llen(ids):  # ids pushed after the last chunk read, while their task found the lock taken
             return {"followed_up": done}
 

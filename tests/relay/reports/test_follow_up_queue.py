@@ -126,3 +126,22 @@ def test_a_task_killed_within_a_chunk_leaves_the_chunk_to_the_next(
     RedisBroker.get_connection().delete(follow_up_queue.keys()[2])  # its lock's time ran out
     assert tasks.job_follow_ups() == {"followed_up": 3}
     assert waiting() == 0 and [name for name, _ in queued_tasks()] == ["relay.tasks.job_reports_pull"] * 3
+
+
+def test_a_task_past_half_its_timeout_lets_go_and_queues_its_continuation(downstream, queued_tasks, monkeypatch):
+    from django_q.conf import Conf
+
+    ci = downstream()
+    dispatch = ci.dispatch()
+    for name in SHARDS:
+        ci.post(ci.body("pull_request.in_progress", dispatch, job_name=name))
+        ci.post(ci.body("pull_request.completed.failure", dispatch, job_name=name, conclusion="success"))
+    queued_tasks()
+    monkeypatch.setattr(Conf, "TIMEOUT", 0.001)  # half of it is over after the first follow-up
+
+    assert tasks.job_follow_ups() == {"followed_up": 1, "continued": 1}
+    assert waiting() == 2
+    assert ("relay.tasks.job_follow_ups", ()) in queued_tasks()
+    assert not RedisBroker.get_connection().exists(follow_up_queue.keys()[2])  # free for the continuation to take
+    monkeypatch.setattr(Conf, "TIMEOUT", 120)
+    assert tasks.job_follow_ups() == {"followed_up": 2}
