@@ -14,7 +14,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from ootci import jobs
 from ootci.jobs import JobConflict, Report, job_report_apply
@@ -121,11 +120,8 @@ def callback_accept(
     if applied.changed and dispatch is not None:
         check_runs.check_run_after_report(job=applied.job, pull_request_id=dispatch.pull_request_id)
     if applied.changed and applied.job.status == JobResult.Status.COMPLETED:
-        job_id = applied.job.pk
-        if applied.job.conclusion == "success":  # a burst of successes is followed up by one task
-            transaction.on_commit(lambda: follow_up_queue.follow_up_queue(job_id), robust=True)
-        else:
-            transaction.on_commit(lambda: async_task("relay.tasks.job_completed", job_id, save=False), robust=True)
+        job_id, conclusion = applied.job.pk, applied.job.conclusion  # a burst of successes: one task (follow_up_queue)
+        transaction.on_commit(lambda: follow_up_queue.follow_up_queue(job_id, conclusion=conclusion), robust=True)
     return CallbackOutcome(applied.job, applied.changed)
 
 

@@ -195,4 +195,4 @@ def _bulk_follow_up(job_id: int) -> None:
         job_completed_follow_up(job_id=job_id)
     except Exception:
         logger.exception("job %s: follow-up failed in the bulk task: queued alone", job_id)
-        async_task("relay.tasks.job_completed", job_id, save=False)
+        follow_up_queue.follow_up_alone(job_id)

@@ -35,10 +35,11 @@ logger = logging.getLogger(__name__)
 PENDING_SECONDS = 300  # a task lost before it started holds the list back for this long (then the next job queues one)
 
 
-def follow_up_queue(job_id: int) -> None:
-    """On commit of a callback that completed ``job_id`` successfully: its follow-up, in the next bulk task."""
-    if not settings.REDIS_URL or redis_resting(Conf.REDIS):
-        async_task("relay.tasks.job_completed", job_id, save=False)
+def follow_up_queue(job_id: int, *, conclusion: str) -> None:
+    """On commit of a callback that completed ``job_id``: a success's follow-up in the next bulk task, any other's
+    in a task of its own."""
+    if conclusion != "success" or not settings.REDIS_URL or redis_resting(Conf.REDIS):
+        follow_up_alone(job_id)
         return
     ids, pending, _ = keys()
     try:
@@ -49,10 +50,14 @@ def follow_up_queue(job_id: int) -> None:
     except redis.RedisError as e:  # a task of its own, which the broker keeps in the database while Redis fails
         redis_failed(Conf.REDIS)
         logger.warning("job %s: follow-up not put on the bulk list (%s): queued alone", job_id, e)
-        async_task("relay.tasks.job_completed", job_id, save=False)
+        follow_up_alone(job_id)
         return
     if unqueued:
         async_task("relay.tasks.job_follow_ups", save=False)
+
+
+def follow_up_alone(job_id: int) -> None:
+    async_task("relay.tasks.job_completed", job_id, save=False)
 
 
 def keys() -> tuple[str, str, str]:

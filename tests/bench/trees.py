@@ -1,5 +1,5 @@
 """Benchmarks that measure this checkout beside another (``BENCH_BASELINE=<checkout>``), interleaved round by round
-(before, after, before, …) so that both meet the same load, each tree on a PostgreSQL database of its own."""
+(before, after; after, before; …) so that both meet the same load, each tree on a PostgreSQL database of its own."""
 
 import json
 import os
