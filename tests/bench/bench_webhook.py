@@ -32,13 +32,13 @@ from ootci.models import Backend
 from relay.github import client as github
 from tests.bench.bench_callback import _free_port, _manage, _wait_until_up
 from tests.bench.trees import (
-    ROOT,
-    WORKER,
     fake_github_app,
     interleaved,
     medians,
     production_environment,
+    python_of,
     trees_on_databases,
+    worker_command,
 )
 from tests.fakes.github import FakeGitHub
 from tests.relay.conftest import APP_ID, UPSTREAM, fixture_bytes, sign
@@ -171,12 +171,12 @@ def _fanout_round(tree: Path, database: str, fake: FakeGitHub) -> dict[str, floa
     redis.Redis.from_url(FANOUT_REDIS).flushdb()
     port = _free_port()
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket"]
+        [python_of(tree), "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "--no-control-socket"]
         + ["--log-level", "warning", "-w", "3"],
         cwd=tree,
         env=env,
     )
-    worker = subprocess.Popen(WORKER, cwd=tree, env={**env, "Q_WORKERS": "2"})
+    worker = subprocess.Popen(worker_command(tree), cwd=tree, env={**env, "Q_WORKERS": "2"})
     try:
         _wait_until_up(port)
         time.sleep(3)  # the cluster forks its workers and starts polling
