@@ -211,6 +211,7 @@ def timed_calls(client) -> dict:
         calls[f"{name}: figures"] = lambda text=text: history_queries.search(text=text, days=7, page=1)
         calls[f"{name}: request"] = lambda text=text: get(f"/oot/tests/?q={quote(text)}")
     calls["search float32, page 40: request"] = lambda: get("/oot/tests/?q=float32&page=40")
+    calls["search float32, 30 days: request"] = lambda: get("/oot/tests/?q=float32&days=30")
     return calls
 
 

@@ -5,8 +5,13 @@ parse).
 The table is sorted by generic id first, so one test's history is a range read. The search is a LIKE on the
 lower-cased id, which the table's n-gram bloom filter index (``case_table.SEARCH_INDEX``) answers by skipping
 the granules that cannot hold the text: a search that matches few tests reads few granules, one that matches most
-tests reads the table. Rows mirror ``hud.stores.db.history`` column for column; ids are ordered by code point
-(ClickHouse's string order, and PostgreSQL's with ``COLLATE "C"``).
+tests reads the table. The window is a PREWHERE, read first: left to itself ClickHouse lower-cased and matched the id
+of every row of the window's partitions, and now only those of the window's rows (7 days of 10,000,000 cases, every
+test matching: 295 -> 209 ms in chdb). It is safe under FINAL, which collapses the rows after it: ``reported_at`` is in
+the sorting key, so every copy of a case is in the window or none is.
+
+Rows mirror ``hud.stores.db.history`` column for column; ids are ordered by code point (ClickHouse's string order, and
+PostgreSQL's with ``COLLATE "C"``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class ClickHouseStore:
         SELECT generic_id, if(failures > 0, maxIf(reported_at, {IS_FAILING}), NULL) AS last_failure,
             max(reported_at) AS last_run, countIf({IS_COUNTED}) AS runs, countIf({IS_FAILING}) AS failures
         FROM {TABLE} FINAL
-        WHERE lowerUTF8(generic_id) LIKE lowerUTF8({{pattern:String}}) AND reported_at >= {SINCE}
+        PREWHERE reported_at >= {SINCE}
+        WHERE lowerUTF8(generic_id) LIKE lowerUTF8({{pattern:String}})
         GROUP BY generic_id
         ORDER BY last_failure DESC NULLS LAST, generic_id
         LIMIT {int(limit)} OFFSET {int(offset)}"""
