@@ -78,7 +78,7 @@ if [ $# -eq 0 ]; then
     set -e
     .venv/bin/python manage.py migrate -v 0
     .venv/bin/python manage.py seed_demo
-    exec .venv/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
+    exec .venv/bin/pytest -n 2 -p no:cacheprovider tests/hud/figures/test_queries.py tests/relay/endpoints/test_webhook.py \
       tests/relay/github/test_outbox.py tests/relay/endpoints/test_callback.py tests/relay/endpoints/test_ingest.py \
       tests/relay/reliability/test_sweeper.py tests/ootci/test_seed_demo.py tests/hud/history/test_history.py \
       tests/hud/failing/test_classes.py tests/ootci/disabled/test_registry.py tests/ootci/test_case_recent.py' > var/lane.log 2>&1 &
@@ -88,7 +88,7 @@ fi
 
 echo "==> pytest (PostgreSQL)"
 pg_status=0
-.venv/bin/pytest -n 2 --dist loadgroup "$@" || pg_status=$?
+.venv/bin/pytest -n 2 "$@" || pg_status=$?
 [ -n "$lane_pid" ] || exit "$pg_status"
 
 echo "==> SQLite lane: migrate, seed_demo, HUD queries, relay services, test history on SQLite"

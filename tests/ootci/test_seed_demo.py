@@ -16,11 +16,6 @@ def counts() -> dict:
     }
 
 
-# The module's tests share one seeded demo: on one xdist worker (scripts/test.sh runs --dist loadgroup), not seeded on
-# each worker that gets one of them.
-pytestmark = pytest.mark.xdist_group("seed_demo")
-
-
 @pytest.fixture(scope="module")
 def demo(django_db_setup, django_db_blocker):
     """The demo data, seeded once for this module (a seed takes seconds): each test runs in a savepoint of the
