@@ -13,7 +13,9 @@ queries have work to do. Prints the median of five timed requests per page:
   computes them in its first request and is served from the cache after that.
 
 The target is asserted on both, with a margin for the shared machine (under 300 / 0.8 = 375 ms); a page over 300 ms is
-marked in the output.
+marked in the output. The overview pages' figures take longest at one hour of the UTC day (each window reads part of
+its first day from the job results): they are timed at six hours of the day, and the overview pages' cold times are
+asserted as they would be at the slowest of them.
 
 Before/after (issue #30's goal is every page cold under 300 ms at 1,000,000 job results):
 
@@ -30,15 +32,20 @@ import os
 import statistics
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
+from datetime import time as dt_time
 from pathlib import Path
 
 import psycopg
 import pytest
 from django.core.cache import cache
 from django.db import connection
+from django.utils import timezone
 from pytest_django.fixtures import _set_suffix_to_test_databases
 
 from hud import tasks
+from hud.figures import queries
+from hud.stores.types import EVENTS
 from ootci.models import JobResult
 from tests.bench.data import seed_job_results
 
@@ -113,14 +120,17 @@ def test_every_hud_page_answers_within_the_target(client, settings):
         "/api/oot/bench/npu/",
     ]
     slow = []
+    worst = worst_hour_extra()
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'cold':>9} {'served':>9}  page (median of 5; cold = computed in the request, served = cache on)")
     for url in pages:
         assert client.get(url).status_code == 200, url
         cold = median_ms(client, url, settings, served=False)
         served = median_ms(client, url, settings, served=True)
+        if url in OVERVIEWS:  # as it would be cold at the hour of the UTC day when its figures take longest
+            cold += worst[OVERVIEWS[url]]
         note = "  (OVER TARGET)" if max(cold, served) > TARGET_MS else ""
-        print(f"{cold:7.1f}ms {served:7.1f}ms  {url}{note}")
+        print(f"{cold:7.1f}ms {served:7.1f}ms  {url}{note}{' (cold at its worst hour)' if url in OVERVIEWS else ''}")
         if max(cold, served) > LIMIT_MS:
             slow.append(f"{url} ({cold:.0f} / {served:.0f} ms)")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
@@ -140,6 +150,43 @@ def median_ms(client, url: str, settings, *, served: bool) -> float:
         client.get(url)
         timings.append((time.perf_counter() - start) * 1000)
     return statistics.median(timings)
+
+
+# The overview pages and the window of their summary. Their figures' time depends on the hour of the UTC day: each
+# window reads the part of its first day that is not whole from the job results (hud.stores.db.rollup).
+OVERVIEWS = {"/oot/": 7, "/oot/?days=30": 30, "/api/oot/": 7}
+HOURS = (0.25, 6, 11.9, 12.1, 18, 23.75)
+
+
+def worst_hour_extra() -> dict[int, float]:
+    """Per summary window: how much longer the overview's figures computed in a request (readiness and summary) take
+    at the slowest of HOURS of the UTC day than now (median of 3 each; the data ends now, so a ``now`` earlier in the
+    day also counts the rows after it, as the window would). Printed per hour; added to the pages' cold times."""
+    real = timezone.now()
+    midnight = datetime.combine(real.astimezone(UTC).date(), dt_time.min, tzinfo=UTC)
+    at = [midnight + timedelta(hours=h) for h in HOURS]
+    moments = [real] + [moment - timedelta(days=1) if moment > real else moment for moment in at]
+    found = {}
+    for days in sorted(set(OVERVIEWS.values())):
+        spent = []
+        for now in moments:
+
+            def figures(now=now, days=days):
+                queries.readiness_figures(now=now)
+                queries.summary_compute(days, EVENTS[0], None, now)
+
+            figures()
+            spent.append(statistics.median(timed(figures) for _ in range(3)))
+        hours = ", ".join(f"{now:%H:%M} {ms:.0f}" for now, ms in zip(moments[1:], spent[1:], strict=True))
+        print(f"overview figures, {days} days, ms at UTC hours: now ({real:%H:%M}) {spent[0]:.0f}; {hours}")
+        found[days] = max(0.0, max(spent[1:]) - spent[0])
+    return found
+
+
+def timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000
 
 
 # --- before/after: BENCH_BASELINE=<checkout> -----------------------------------------------------------------------

@@ -1,20 +1,25 @@
 """Gate figures, and the stats' counts, of a rolling window from the daily roll-up the database keeps (PostgreSQL only,
-migrations ootci 0040 and 0042): the window's whole days from ``ootci_jobday``, its first, partial day from the job
-results.
+migrations ootci 0040 and 0042): the window's whole days from ``ootci_jobday``, the part of its first day that is
+not whole from the job results.
 
-A window starting at ``S``, on the UTC day ``D``, has as latest attempts those with ``finished_at >= S`` and
-``newer_finished_at`` empty or before ``S`` (``hud.stores.db.jobs.latest_sql``). Split by day:
+A window starting at ``S``, on the UTC day ``D`` (midnight ``D``, next midnight ``N``), has as latest attempts ``L(S)``
+those with ``finished_at >= S`` and ``newer_finished_at`` empty or before ``S`` (``hud.stores.db.jobs.latest_sql``).
+The roll-up's rows of the days from ``D`` with ``newer_day`` empty or before ``D`` are exactly ``L(D)``, those of the
+days after ``D`` exactly ``L(N)`` less the attempts whose newer ones finished on ``D``. Whichever of ``[D, S)`` and
+``[S, N)`` is shorter is read from the job results, so a window never reads more than half a day of them:
 
-- an attempt that finished after ``D`` and whose newer attempts finished before ``D`` (or none) is one: the roll-up's
-  rows with ``day > D`` and ``newer_day`` empty or ``< D``;
-- one that finished on ``D`` is one when it finished at or after ``S`` and its newer attempts before ``S``: read from
-  the job results by the covering index of 0039 (a day of the window's rows, not all of them);
-- one that finished after ``D`` whose newer attempts finished on ``D`` is one when they finished before ``S``: read by
-  the small index of 0041 (such attempts are few);
-- any other is none: it finished before ``S``, or its newer attempts finished after ``D``, or on ``D`` after it.
+- ``S`` in the second half of its day (forward): the roll-up's rows of the days after ``D``; plus the attempts that
+  finished in ``[S, N)`` whose newer attempts finished before ``S`` (the covering index of 0039); plus those that
+  finished from ``N`` whose newer attempts finished in ``[D, S)`` (the small index of 0041: such attempts are few).
+- ``S`` in the first half (backward): the roll-up's rows of the days from ``D``, that is ``L(D)``; less the attempts
+  of ``L(D)`` that finished before ``S``, those that finished in ``[D, S)`` with newer attempts before ``D`` (0039's
+  index); plus the attempts of ``L(S)`` not in ``L(D)``, those that finished from ``S`` whose newer attempts
+  finished in ``[D, S)`` (0041's index).
 
-The sums are the counts over the latest attempts exactly; the averages are sums of ``numeric`` over counts, within a
-millionth of a second of ``AVG`` over the rows (tests/hud/stores/test_rollup.py).
+So every figure is a sum over parts, some subtracted (``sign`` -1), and stays exact: counts are exact; the averages
+are sums of ``numeric`` over counts, within a millionth of a second of ``AVG`` over the rows
+(tests/hud/stores/test_rollup.py, with window starts at random times of day, at each half's edge, and at and just
+after a newer attempt's finish).
 """
 
 from __future__ import annotations
@@ -46,40 +51,59 @@ ATTEMPT = {
 
 
 def edge_params(windows: dict[str, tuple[str, datetime]]) -> dict:
-    """Per window ``w``: ``w_midnight`` and ``w_next``, the start of its first UTC day and of the day after."""
+    """Per window ``w`` starting at ``S`` on the UTC day from midnight ``D`` to ``N`` (module docstring):
+
+    - ``w_whole``: the first day whose roll-up rows are summed (``D`` backward, ``N`` forward);
+    - ``w_lo``, ``w_hi``, ``w_cut``, ``w_sign``: the attempts read from the job results, which finished in
+      ``[lo, hi)`` with newer attempts before ``cut``, added (1) or subtracted (-1);
+    - ``w_midnight``, ``w_late``: the attempts added whose newer attempts finished in ``[D, S)`` and which finished
+      from ``late``.
+    """
     params = {}
     for name, (_, since) in windows.items():
         midnight = datetime.combine(since.astimezone(UTC).date(), time.min, tzinfo=UTC)
-        params[f"{name}_midnight"], params[f"{name}_next"] = midnight, midnight + timedelta(days=1)
+        following = midnight + timedelta(days=1)
+        if since - midnight < following - since:
+            whole, lo, hi, cut, sign, late = midnight, midnight, since, midnight, -1, since
+        else:
+            whole, lo, hi, cut, sign, late = following, since, following, since, 1, following
+        edges = {"whole": whole.date(), "lo": lo, "hi": hi, "cut": cut, "sign": sign, "late": late}
+        params |= {f"{name}_{key}": value for key, value in edges.items()} | {f"{name}_midnight": midnight}
     return params
 
 
 def gates_parts(w: str, *, backend: bool) -> str:
     """The rows whose sums are window ``w``'s gate figures: roll-up rows of its whole days, and the latest attempts
-    of its first day (see the module docstring)."""
-    raw = ", ".join(f"{value} AS {column}" for column, value in ATTEMPT.items())
-    return parts(w, backend=backend, table="ootci_jobday", rolled=", ".join(ATTEMPT), raw=raw)
+    of its first day read from the job results (see the module docstring)."""
+    return parts(w, backend=backend, table="ootci_jobday", summed=ATTEMPT)
 
 
-def parts(w: str, *, backend: bool, table: str, rolled: str, raw: str, joined: str = "") -> str:
-    """Window ``w``'s rows of a day roll-up ``table`` (keyed as ``ootci_jobday``): ``backend_id`` and the columns
-    ``rolled`` of its rows of whole days, then ``backend_id`` and ``raw`` (the same columns as values of one attempt;
-    ``joined`` may add a join to them) of the latest attempts of its first day."""
+def parts(
+    w: str, *, backend: bool, table: str, summed: dict[str, str], keyed: dict[str, str] | None = None, joined: str = ""
+) -> str:
+    """Window ``w``'s rows of a day roll-up ``table`` (keyed as ``ootci_jobday``), then those of the job results that
+    complete them (module docstring): ``backend_id``, the columns ``keyed`` (grouping keys, such as a bucket) and the
+    columns ``summed``, each given as the value of one attempt (``joined`` may add a join to them); a subtracted
+    attempt's ``summed`` values are negated."""
+    keyed = keyed or {}
+    rolled = ", ".join([*keyed, *summed])
+    plain = ", ".join([*keyed.values(), *summed.values()])
+    signed = ", ".join([*keyed.values(), *(f"%({w}_sign)s * ({value})" for value in summed.values())])
     mine = " AND backend_id = %(backend_id)s" if backend else ""
     return f"""
         SELECT backend_id, {rolled} FROM {table}
-        WHERE event_type = %({w}_event)s AND day > CAST(%({w}_day)s AS date)
+        WHERE event_type = %({w}_event)s AND day >= CAST(%({w}_whole)s AS date)
           AND (newer_day IS NULL OR newer_day < CAST(%({w}_day)s AS date)){mine}
         UNION ALL
-        SELECT backend_id, {raw} FROM ootci_jobresult {joined}
-        WHERE event_type = %({w}_event)s AND finished_at >= %({w}_since)s AND finished_at < %({w}_next)s
-          AND (newer_finished_at IS NULL OR newer_finished_at < %({w}_since)s)
+        SELECT backend_id, {signed} FROM ootci_jobresult {joined}
+        WHERE event_type = %({w}_event)s AND finished_at >= %({w}_lo)s AND finished_at < %({w}_hi)s
+          AND (newer_finished_at IS NULL OR newer_finished_at < %({w}_cut)s)
           AND (newer_finished_at IS NULL OR newer_finished_at < finished_at){mine}
         UNION ALL
-        SELECT backend_id, {raw} FROM ootci_jobresult {joined}
+        SELECT backend_id, {plain} FROM ootci_jobresult {joined}
         WHERE event_type = %({w}_event)s AND newer_finished_at >= %({w}_midnight)s
           AND newer_finished_at < %({w}_since)s AND newer_finished_at < finished_at
-          AND finished_at >= %({w}_next)s{mine}"""
+          AND finished_at >= %({w}_late)s{mine}"""
 
 
 def average(column: str) -> str:

@@ -6,8 +6,9 @@ A run is one upstream event's jobs on a backend (backend, event, PR, tested SHA)
 when that last finish is in it (``hud.figures.queries``). ``ootci_jobrun`` keeps each run's time and its bucket
 (``ootci_time_bucket``), so a window's p50 and p90 per backend, exact as ``percentile_cont``, are:
 
-- how many of its runs each bucket holds (``ootci_jobrunday``'s counts of its whole days, and its first, partial day's
-  runs by last finish, 0045's index), so which bucket holds a rank;
+- how many of its runs each bucket holds (``ootci_jobrunday``'s counts by day, and the runs of the shorter part of its
+  first day by last finish, 0045's index, added or subtracted as in ``hud.stores.db.rollup``), so which bucket holds
+  a rank;
 - that bucket's runs of the window alone (0045's index by backend, bucket and last finish), sorted, at the rank's place:
   the values at ranks ⌊p(n−1)⌋ and ⌈p(n−1)⌉, interpolated as PostgreSQL does.
 
@@ -32,18 +33,20 @@ def ctes(w: str, *, backend: bool) -> str:
     mine = f"r.event_type = %({w}_event)s AND r.last_at >= %({w}_since)s"
     if backend:
         mine += " AND r.backend_id = %(backend_id)s"
-    # Per backend and bucket: how many runs it holds (its whole days' counts, its first day's runs), how many lie below
-    # it, how many there are.
-    days = f"r.event_type = %({w}_event)s AND r.day > CAST(%({w}_day)s AS date)"
-    first = f"{mine} AND r.last_at < %({w}_next)s"
+    # Per backend and bucket: how many runs it holds, how many lie below it, how many there are. The counts are the
+    # roll-up's days from the window's first or second, and the runs of the shorter part of its first day, subtracted
+    # or added (``hud.stores.db.rollup.edge_params``: never more than half a day of runs).
+    days = f"r.event_type = %({w}_event)s AND r.day >= CAST(%({w}_whole)s AS date)"
+    first = f"r.event_type = %({w}_event)s AND r.last_at >= %({w}_lo)s AND r.last_at < %({w}_hi)s"
     if backend:
         days += " AND r.backend_id = %(backend_id)s"
+        first += " AND r.backend_id = %(backend_id)s"
     counted = f"""
         SELECT backend_id, bucket, n, SUM(n) OVER upto - n AS below, SUM(n) OVER all_ AS total FROM (
             SELECT backend_id, bucket, CAST(SUM(n) AS bigint) AS n FROM (
                 SELECT r.backend_id, r.bucket, r.runs AS n FROM ootci_jobrunday r WHERE {days}
                 UNION ALL
-                SELECT r.backend_id, r.bucket, 1 FROM ootci_jobrun r WHERE {first}) AS parts
+                SELECT r.backend_id, r.bucket, %({w}_sign)s FROM ootci_jobrun r WHERE {first}) AS parts
             GROUP BY backend_id, bucket HAVING SUM(n) > 0) AS counted
         WINDOW upto AS (PARTITION BY backend_id ORDER BY bucket), all_ AS (PARTITION BY backend_id)"""
     # Each percentile's place p(n - 1) and the ranks on both sides of it, as percentile_cont computes them, with the

@@ -1,17 +1,18 @@
 """The overview's stats of a rolling window on PostgreSQL, from what the database keeps (migrations ootci 0040–0044)
 instead of a sort of the window's latest attempts (at 1,000,000 job results the 30-day window's 620,000 rows).
 
-- Counts, average queue and run times: sums of the daily roll-up ``ootci_jobday`` over the window's whole days and of
-  its first day's latest attempts (``hud.stores.db.rollup``).
+- Counts, average queue and run times: sums of the daily roll-up ``ootci_jobday`` by day and of the latest attempts of
+  the shorter part of the window's first day, added or subtracted (``hud.stores.db.rollup``).
 - Percentiles (p50 and p90 of queue time, p50 of run time), exact: the histogram ``ootci_jobtime`` (fixed buckets of
   ``ootci_time_bucket``, by the same days) gives, per backend, how many of the window's values each bucket holds, so
   which bucket holds the value of a rank; the value is read from that bucket's latest attempts of the window alone
   (0044's index by backend, bucket and finish), sorted, at the rank's place in it. ``percentile_cont``: the values at
   ranks ⌊p(n−1)⌋ and ⌈p(n−1)⌉, interpolated as PostgreSQL does.
 - Distinct PRs: ``ootci_jobprday`` counts, per day, the PRs whose jobs' newest attempts last finished that day
-  (``ootci_jobpr``): those after the window's first day are in it; those of its first day are read from
-  ``ootci_jobpr`` by that finish; and a PR whose only latest attempts in the window are older attempts whose newer
-  ones finished before the window (a re-run that finished first) is found by 0044's small index of such attempts.
+  (``ootci_jobpr``): its days from the window's first or second, and the PRs of the shorter part of the first day by
+  that finish from ``ootci_jobpr``, subtracted or added as the counts are; and a PR whose only latest attempts in the
+  window are older attempts whose newer ones finished before the window (a re-run that finished first) is found by
+  0044's small index of such attempts.
 - Last finish: per backend, the newest latest attempt, read backwards by the covering index from the end of its last
   day with one (from the roll-up).
 
@@ -50,8 +51,8 @@ def ctes(w: str, *, backend: bool) -> str:
         w,
         backend=backend,
         table="ootci_jobtime",
-        rolled="bucket, queue_n, run_n",
-        raw="ootci_time_bucket(t.seconds), t.queue_n, t.run_n",
+        keyed={"bucket": "ootci_time_bucket(t.seconds)"},
+        summed={"queue_n": "t.queue_n", "run_n": "t.run_n"},
         joined="CROSS JOIN LATERAL (VALUES (queue_time, 1, 0), (execution_time, 0, 1)) AS t (seconds, queue_n, run_n)",
     )
     # Per backend and bucket: how many values it holds, how many lie below it, how many there are.
@@ -96,10 +97,10 @@ def ctes(w: str, *, backend: bool) -> str:
     prs = f"""
         SELECT backend_id, SUM(n) AS prs FROM (
             SELECT backend_id, prs AS n FROM ootci_jobprday
-            WHERE event_type = %({w}_event)s AND day > CAST(%({w}_day)s AS date){mine}
+            WHERE event_type = %({w}_event)s AND day >= CAST(%({w}_whole)s AS date){mine}
             UNION ALL
-            SELECT backend_id, COUNT(*) FROM ootci_jobpr
-            WHERE event_type = %({w}_event)s AND last_at >= %({w}_since)s AND last_at < %({w}_next)s{mine}
+            SELECT backend_id, %({w}_sign)s * COUNT(*) FROM ootci_jobpr
+            WHERE event_type = %({w}_event)s AND last_at >= %({w}_lo)s AND last_at < %({w}_hi)s{mine}
             GROUP BY backend_id
             UNION ALL
             SELECT j.backend_id, COUNT(DISTINCT j.pr_number) FROM ootci_jobresult j

@@ -8,7 +8,7 @@ exactly, averages within a millionth of a second."""
 import importlib
 import random
 from collections import defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from django.db import connection
@@ -101,18 +101,24 @@ def assert_same(kept_: dict, by_sort: dict) -> None:
 
 
 def starts(rng: random.Random) -> list:
-    """Window starts: at random times of day, and just at and after the newer attempts' finish of attempts that
-    finished on a later day (the partial first day's second part)."""
+    """Window starts: at random times of day; just after a midnight and on both sides of a noon, where the part of the
+    first day read from the job results turns from before the start, subtracted, to after it, added
+    (``hud.stores.db.rollup``); and just at and after the newer attempts' finish of attempts that finished later that
+    day or on a later day (the first day's third part)."""
     now = timezone.now()
     found = [now - timedelta(days=days, seconds=rng.uniform(0, 86400)) for days in (0, 1, 2, 3, 6)]
+    midnight = datetime.combine(now.astimezone(UTC).date() - timedelta(days=rng.randint(1, 4)), time.min, tzinfo=UTC)
+    tick = timedelta(microseconds=1)
+    found += [midnight + tick, midnight + timedelta(hours=12) - tick, midnight + timedelta(hours=12)]
     with connection.cursor() as db:
-        db.execute(
-            "SELECT newer_finished_at FROM ootci_jobresult WHERE newer_finished_at < finished_at "
-            "AND CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) < CAST((finished_at AT TIME ZONE 'UTC') AS date)"
-        )
-        newer = [r[0] for r in db.fetchall()]
-    for at in rng.sample(newer, min(3, len(newer))):
-        found += [at, at + timedelta(microseconds=1)]
+        for days in ("<", "="):
+            db.execute(
+                "SELECT newer_finished_at FROM ootci_jobresult WHERE newer_finished_at < finished_at AND CAST(("
+                f"newer_finished_at AT TIME ZONE 'UTC') AS date) {days} CAST((finished_at AT TIME ZONE 'UTC') AS date)"
+            )
+            newer = [r[0] for r in db.fetchall()]
+            for at in rng.sample(newer, min(2, len(newer))):
+                found += [at, at + tick]
     return found
 
 
@@ -184,20 +190,42 @@ def test_the_stats_read_their_counts_from_the_roll_up_as_the_latest_attempts_cou
 
 
 def test_the_histories_reach_every_part_of_a_window():
-    """Windows whose first day holds latest attempts of both kinds: finished that day, and finished later with newer
-    attempts that finished that day before the window (else the tests above would not test the second part)."""
+    """Windows whose first day reads from the job results attempts added and attempts subtracted, and latest attempts
+    of the third part: finished later, with newer attempts that finished on the first day before the window (else the
+    tests above would not test every part)."""
     timed_histories(2)
-    second = 0
+    reached = defaultdict(int)
     for since in starts(random.Random(2)):
+        edges = rollup.edge_params({"w": ("pull_request", since)})
         with connection.cursor() as db:
             db.execute(
-                "SELECT COUNT(*) FROM ootci_jobresult WHERE newer_finished_at < %s AND finished_at >= %s "
-                "AND CAST((newer_finished_at AT TIME ZONE 'UTC') AS date) = CAST((%s AT TIME ZONE 'UTC') AS date) "
-                "AND CAST((finished_at AT TIME ZONE 'UTC') AS date) > CAST((%s AT TIME ZONE 'UTC') AS date)",
-                [since] * 4,
+                "SELECT COUNT(*) FROM ootci_jobresult WHERE finished_at >= %(w_lo)s AND finished_at < %(w_hi)s "
+                "AND (newer_finished_at IS NULL OR newer_finished_at < %(w_cut)s)",
+                edges,
             )
-            second += db.fetchone()[0]
-    assert second > 0
+            reached["subtracted" if edges["w_sign"] < 0 else "added"] += db.fetchone()[0]
+            db.execute(
+                "SELECT COUNT(*) FROM ootci_jobresult WHERE newer_finished_at >= %(w_midnight)s "
+                "AND newer_finished_at < %(since)s AND finished_at >= %(w_late)s",
+                edges | {"since": since},
+            )
+            reached["third"] += db.fetchone()[0]
+    assert min(reached["subtracted"], reached["added"], reached["third"]) > 0, reached
+
+
+def test_a_window_reads_the_shorter_part_of_its_first_day():
+    """Before its day's noon a window subtracts the attempts from midnight to its start; from noon it adds those from
+    its start to the next midnight: never more than half a day of job results."""
+    midnight = datetime(2026, 11, 20, tzinfo=UTC)
+    for since, sign, read in (
+        (midnight, -1, timedelta(0)),
+        (midnight + timedelta(hours=3), -1, timedelta(hours=3)),
+        (midnight + timedelta(hours=12), 1, timedelta(hours=12)),
+        (midnight + timedelta(hours=23), 1, timedelta(hours=1)),
+    ):
+        edges = rollup.edge_params({"w": ("pull_request", since)})
+        assert (edges["w_sign"], edges["w_hi"] - edges["w_lo"]) == (sign, read), since
+        assert edges["w_whole"] == (midnight if sign < 0 else midnight + timedelta(days=1)).date()
 
 
 def test_the_migration_counts_overruns_as_the_gates_do():
