@@ -14,8 +14,9 @@ ootci 0010) kept up as rows arrive, then the search's daily roll-up filled by th
 Prints for each store the median of RUNS runs after a warm-up of ``hud.figures.queries`` (the figures: ClickHouse inside
 one open session) and of the whole request through the test client (template rendering included; on chdb a request
 finds the engine the one before it kept open, ``clickhouse.CHDB_LINGER``, except "first after a pause", which starts
-it again). Target: under 300 ms (printed, not asserted: the machine is shared). Then the PostgreSQL search before the
-roll-up (the cases, tests/hud/history/cases_search.py) and after it, interleaved: a before and an after call in turn.
+it again). Target: under 300 ms, asserted with a margin for the shared machine (under 300 / 0.8 = 375 ms). Then each
+store's search before its roll-up (the cases, tests/hud/history/cases_search.py) and after it, interleaved: a before
+and an after call in turn, on ClickHouse over 7 and 30 days.
 """
 
 import importlib
@@ -37,6 +38,7 @@ from hud.stores import fallback
 from hud.stores.base import since
 from hud.stores.clickhouse import case_table, copy_cases
 from hud.stores.clickhouse import connection as clickhouse
+from hud.stores.clickhouse.history import ClickHouseStore
 from hud.stores.db.history import DatabaseStore
 from ootci.models import Backend, JobResult, TestDay, TestReport
 from tests.bench.data import BACKENDS, median_ms
@@ -48,6 +50,7 @@ TESTS = 5_000
 DAYS = 30
 RUNS = int(os.environ.get("BENCH_RUNS", 5))
 TARGET_MS = 300
+MARGIN = 0.8  # a shared 2-core machine
 
 TEST_ID = "test/test_ops{file}.py::TestCommon{{DEVICE}}::test_op_{n}_{{device}}_float32"
 PROBE = TEST_ID.format(file=4321 % 20, n=4321)  # fails 1 % of the time, on every backend
@@ -141,7 +144,13 @@ def seed_clickhouse(backends: list[Backend], now) -> float:
         clickhouse.command(f"OPTIMIZE TABLE {copy_cases.TABLE} FINAL")
         clickhouse.remove_leftover_parts()
         count = clickhouse.rows(f"SELECT count() FROM {copy_cases.TABLE}")[0][0]
-    print(f"\nClickHouse: {count:,} cases inserted in {inserted:.1f} s, merged in {time.perf_counter() - began:.1f} s")
+        merged = time.perf_counter() - began
+        # The search's daily roll-up, as the copy keeps it after each batch (here every day at once).
+        case_table.days_refresh({(now - timedelta(days=d)).date() for d in range(DAYS + 2)})
+        clickhouse.command(f"OPTIMIZE TABLE {case_table.DAY_TABLE} FINAL")
+        days = clickhouse.rows(f"SELECT count() FROM {case_table.DAY_TABLE}")[0][0]
+    print(f"\nClickHouse: {count:,} cases inserted in {inserted:.1f} s, merged in {merged:.1f} s; ", end="")
+    print(f"{days:,} roll-up rows in {time.perf_counter() - began - merged:.1f} s")
     return count
 
 
@@ -173,22 +182,32 @@ class CasesSearch:
         return cases_search.search_rows(**kwargs)
 
 
-def before_and_after() -> dict[str, tuple[float, float]]:
-    """Median ms of the PostgreSQL search's figures over the cases and over the roll-up, one call of each in turn."""
+class ClickHouseCasesSearch:
+    """ClickHouse's search as it read every case before its roll-up (the "before" of ``before_and_after``)."""
+
+    def search_rows(self, **kwargs) -> list[dict]:
+        return cases_search.clickhouse_search_rows(**kwargs)
+
+
+def before_and_after(before, after, *, days: tuple[int, ...] = (7,)) -> dict[str, tuple[float, float]]:
+    """Median ms of the search's figures from the store ``before`` and the store ``after``, one call of each in turn,
+    over each window of ``days``."""
     figures = {}
     for name, text in SEARCHES.items():
         for page in (1, 40) if text == "float32" else (1,):
-            stores = (CasesSearch(), DatabaseStore())
-            ask = {"text": text, "days": 7, "page": page}
-            found = [assembly.search(store, since=since(7), **ask) for store in stores]  # warm-up, and the same answer
-            assert found[0] == found[1], name
-            timings = ([], [])
-            for _ in range(RUNS):
-                for store, timed in zip(stores, timings, strict=True):
-                    start = time.perf_counter()
-                    assembly.search(store, since=since(7), **ask)
-                    timed.append((time.perf_counter() - start) * 1000)
-            figures[f"{name}, page {page}"] = (statistics.median(timings[0]), statistics.median(timings[1]))
+            for window in days:
+                stores = (before, after)
+                ask = {"text": text, "days": window, "page": page}
+                found = [assembly.search(store, since=since(window), **ask) for store in stores]  # the same answer
+                assert found[0] == found[1], name
+                timings = ([], [])
+                for _ in range(RUNS):
+                    for store, timed in zip(stores, timings, strict=True):
+                        start = time.perf_counter()
+                        assembly.search(store, since=since(window), **ask)
+                        timed.append((time.perf_counter() - start) * 1000)
+                label = f"{name}, page {page}" + (f", {window} days" if len(days) > 1 else "")
+                figures[label] = (statistics.median(timings[0]), statistics.median(timings[1]))
     return figures
 
 
@@ -250,8 +269,15 @@ def test_test_history_on_clickhouse_and_postgresql(client, settings, tmp_path):
         print(f"{name:<44} {ch:14.1f}ms {pg:14.1f}ms{marks}")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
+    print(f"\nClickHouse search figures, before (the cases) and after (the roll-up), interleaved, median of {RUNS}:")
+    with clickhouse.session():
+        compared = before_and_after(ClickHouseCasesSearch(), ClickHouseStore(), days=(7, 30))
+    for name, (before, after) in compared.items():
+        print(f"{name:<56} {before:10.1f}ms {after:10.1f}ms")
     settings.CLICKHOUSE_URL = ""
     print(f"\nPostgreSQL search figures, before (the cases) and after (the roll-up), interleaved, median of {RUNS}:")
-    for name, (before, after) in before_and_after().items():
+    for name, (before, after) in before_and_after(CasesSearch(), DatabaseStore()).items():
         print(f"{name:<44} {before:14.1f}ms {after:14.1f}ms")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+    slow = {key: round(ms) for key, ms in figures.items() if ms > TARGET_MS / MARGIN}
+    assert not slow, f"over {TARGET_MS} ms / {MARGIN}: {slow}"

@@ -9,7 +9,8 @@ while ClickHouse is down, and reports whose parse committed late are read again 
 overlap, a re-parse, a run that stopped after its insert) have the same sorting key and collapse in the
 ReplacingMergeTree; read the table `FINAL`. A re-parse that gives other cases (a parser change) or refuses the report
 leaves rows the new parse does not replace: the report is marked (`TestReport.replaced`) and the next run deletes its
-older versions (`_drop_replaced`).
+older versions (`_drop_replaced`). After each batch it sends, and after such a delete, the search's daily roll-up of
+the days concerned is recomputed (``case_table.days_refresh``).
 
 The table is defined in ``hud.stores.clickhouse.case_table``: granules of 1,024 rows, each its own compressed block
 (``STORAGE``): the failing-tests history reads each failing
@@ -21,7 +22,7 @@ Runs need no lock: two at once send the same rows, which collapse, and the curso
 """
 
 import logging
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from django.db.models import Q
@@ -80,14 +81,17 @@ def replicate() -> int:
             _drop_replaced()
             while reports := _reports_after(after):
                 rows: list[list[Any]] = []
+                days: set[date] = set()
                 for report in reports:
                     rows += _case_rows(report)
+                    days.add(report.received_at.astimezone(UTC).date())
                     after = (report.parsed_at, report.pk)
                     if len(rows) >= BATCH_ROWS or report is reports[-1]:
                         if rows:
                             clickhouse.insert(rows, column_names=COLUMNS, table=TABLE)
+                            case_table.days_refresh(days)  # before the cursor moves: a failure sends them again
                         cursor.advance(updated_at=after[0], row_id=after[1], rows=len(rows))
-                        sent, rows = sent + len(rows), []
+                        sent, rows, days = sent + len(rows), [], set()
                 if len(reports) < REPORTS_PER_READ:
                     break
     except Exception as ex:  # ClickHouse or the intermediate store: recorded, and the task shows the failure
@@ -102,17 +106,18 @@ def _drop_replaced() -> None:
     replace (other test ids, fewer cases) or all of them (a re-parse that refused the report). The new parse's rows
     are versioned by its own parse time, so only older versions go; a report parsed again meanwhile keeps its mark."""
     ended = TestReport.objects.filter(replaced=True).exclude(state=TestReport.State.PENDING)
-    reports = list(ended.values_list("pk", "parsed_at")[:REPLACED_PER_RUN])
+    reports = list(ended.values_list("pk", "parsed_at", "received_at")[:REPLACED_PER_RUN])
     if not reports:
         return
-    ids, versions = [pk for pk, _ in reports], [_micros(at) for _, at in reports]
+    ids, versions = [pk for pk, _, _ in reports], [_micros(at) for _, at, _ in reports]
     clickhouse.command(
         f"DELETE FROM {TABLE} WHERE report_id IN {{ids:Array(UInt64)}} "
         "AND version < transform(report_id, {ids:Array(UInt64)}, {versions:Array(UInt64)}, toUInt64(0))",
         {"ids": ids, "versions": versions},
     )
+    case_table.days_refresh({received.astimezone(UTC).date() for _, _, received in reports}, removed=True)
     done = Q()
-    for pk, at in reports:
+    for pk, at, _ in reports:
         done |= Q(pk=pk, parsed_at=at)
     TestReport.objects.filter(done, replaced=True).update(replaced=False)
 

@@ -1,6 +1,7 @@
-"""The test search as it read the cases before the daily roll-up (``hud.stores.db.history`` up to ootci 0037): the
-answer the roll-up must keep giving (tests/ootci/test_case_days.py) and the "before" of
-tests/bench/bench_test_history.py; and the roll-up as the cases give it."""
+"""The test search as it read the cases before the daily roll-up (``hud.stores.db.history`` up to ootci 0037, and
+``hud.stores.clickhouse.history`` before ``oot_test_day``): the answer the roll-up must keep giving
+(tests/ootci/test_case_days.py) and the "before" of tests/bench/bench_test_history.py; and the roll-up as the cases
+give it."""
 
 from datetime import datetime
 
@@ -48,3 +49,21 @@ def days_from_cases() -> set[tuple]:
 
 def days_rolled_up() -> set[tuple]:
     return set(TestDay.objects.values_list("test_id", "day", "runs", "failures", "last_run", "last_failure"))
+
+
+def clickhouse_search_rows(*, text: str, since: datetime, offset: int, limit: int) -> list[dict]:
+    """ClickHouse's search over every case of the window (``oot_test_case`` FINAL)."""
+    from hud.stores.clickhouse import connection as clickhouse
+    from hud.stores.clickhouse import history
+
+    sql = f"""
+    SELECT generic_id, if(failures > 0, maxIf(reported_at, {history.IS_FAILING}), NULL) AS last_failure,
+        max(reported_at) AS last_run, countIf({history.IS_COUNTED}) AS runs, countIf({history.IS_FAILING}) AS failures
+    FROM {history.TABLE} FINAL
+    PREWHERE reported_at >= {history.SINCE}
+    WHERE lowerUTF8(generic_id) LIKE lowerUTF8({{pattern:String}})
+    GROUP BY generic_id
+    ORDER BY last_failure DESC NULLS LAST, generic_id
+    LIMIT {int(limit)} OFFSET {int(offset)}"""
+    with clickhouse.session():
+        return clickhouse.select(sql, {"pattern": f"%{history.like_escaped(text)}%", "since": since})

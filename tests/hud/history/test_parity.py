@@ -2,6 +2,8 @@
 test pages. The cases reach ClickHouse as in production: parsed again from the stored report bytes by the
 replication (``hud.stores.clickhouse.copy_cases``)."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -10,6 +12,7 @@ from hud.history import queries as history_queries
 from hud.stores import fallback
 from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
+from ootci.case_days import day_of, day_start
 from tests.hud import histories
 from tests.hud.builders import job, report_with
 
@@ -59,6 +62,41 @@ def test_the_hand_built_histories_read_the_same_from_both_stores(settings, make_
         assert from_clickhouse[key] == value, key
     assert len(from_database["search", "bulk", 7, 3].hits) == 21  # the figures compared are not empty ones
     assert from_database["page", histories.ADD, 7].backends[0].last_failure.message.startswith("RuntimeError")
+
+
+def test_a_window_s_first_day_counts_from_its_start_in_both_stores(settings, make_backend, tmp_path):
+    """Both stores read a window's whole days from their daily roll-ups and its first, partial day from the cases: a
+    report on that day after the window's start counts, one just before it does not, one on its next day does."""
+    settings.TEST_REPORTS_URL = tmp_path.as_uri()
+    url = f"chdb://{tmp_path / 'clickhouse'}"
+    npu = make_backend("acme/npu", "L2", device="npu")
+    now = timezone.now()
+    for days in (1, 7, 30):
+        start = now - timedelta(days=days)
+        midnight = day_start(day_of(start) + timedelta(days=1))
+        for where, at in (("in", start + (midnight - start) / 2), ("before", start - timedelta(minutes=10))):
+            cases = {"test_day.TestDay::test_every": "failed", f"test_day.TestDay::test_{where}_{days}": "passed"}
+            report_with(job(npu, name=f"{where}-{days}"), cases, at=at)
+        report_with(job(npu, name=f"next-{days}"), {"test_day.TestDay::test_every": "passed"}, at=midnight)
+    settings.CLICKHOUSE_URL = url
+    tasks.clickhouse_replicate()
+
+    def ask(now):
+        return {
+            days: [(h.generic_id, h.runs, h.failures, h.last_failure, h.last_run) for h in page.hits]
+            for days in (1, 7, 30)
+            if (page := history_queries.search(text="test_day.", days=days, page=1, now=now))
+        }
+
+    from_database, from_clickhouse = both_stores(settings, url, ask)
+
+    assert from_clickhouse == from_database
+    every = []
+    for days in (1, 7, 30):
+        found = {hit[0].rsplit("::", 1)[1]: hit[1:3] for hit in from_database[days]}
+        assert found[f"test_in_{days}"] == (1, 0) and f"test_before_{days}" not in found
+        every.append(found["test_every"])
+    assert every == [(2, 1), (5, 3), (8, 5)]  # (runs, failures): a longer window holds a shorter one's "before"
 
 
 def test_a_re_parsed_report_counts_once_in_clickhouse(settings, make_backend, tmp_path):

@@ -7,9 +7,9 @@ import pytest
 
 from hud import tasks
 from hud.models import ReplicationCursor
+from hud.stores.clickhouse import case_table, copy_cases
 from hud.stores.clickhouse import connection as clickhouse
-from hud.stores.clickhouse import copy_cases
-from ootci.models import TestCase, TestReport
+from ootci.models import TestCase, TestDay, TestReport
 from relay.reports import pull
 from relay.reports import reparse as reparse_module
 from tests.hud import builders
@@ -53,6 +53,18 @@ def cases() -> list[dict]:
     return clickhouse.select(f"SELECT * FROM {copy_cases.TABLE} FINAL ORDER BY report_id, ordinal")
 
 
+def days_alike(*, empty: bool = False) -> None:
+    """The test search's daily roll-up in ClickHouse equals PostgreSQL's (``TestDay``, kept by ``ootci.case_days`` at
+    parse time, apart from the copy), and is ``empty`` or not."""
+    rolled = clickhouse.rows(
+        f"SELECT generic_id, day, runs, failures, last_run, last_failure FROM {case_table.DAY_TABLE} FINAL "
+        "ORDER BY generic_id, day"
+    )
+    kept = TestDay.objects.order_by("test_id", "day")
+    assert bool(rolled) != empty
+    assert rolled == list(kept.values_list("test_id", "day", "runs", "failures", "last_run", "last_failure"))
+
+
 def cursor() -> ReplicationCursor:
     return ReplicationCursor.objects.get(name=copy_cases.CURSOR_NAME)
 
@@ -74,6 +86,7 @@ def test_every_case_is_copied_passed_ones_too(chdb, npu, parsed):
     assert (failed["backend_id"], failed["backend_repo"], failed["job_id"]) == (npu.pk, "acme/npu", report.job_id)
     assert failed["reported_at"] == report.received_at
     assert rows[0]["generic_id"] == "test_ops.py::TestCommon{DEVICE}::test_add_{device}_float0"
+    days_alike()
 
 
 def test_cases_can_be_looked_up_per_test_across_reports(chdb, parsed):
@@ -106,6 +119,7 @@ def test_nothing_is_lost_while_clickhouse_is_down(chdb, parsed, settings):
         (report.pk, n) for report in (first, *later) for n in range(report.cases)
     ]
     assert (cursor().last_id, cursor().last_error) == (later[-1].pk, "")
+    days_alike()
 
 
 def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks):
@@ -122,6 +136,7 @@ def test_re_sent_cases_collapse(chdb, parsed, django_capture_on_commit_callbacks
     assert len(rows) == 22
     report.refresh_from_db()
     assert {r["version"] for r in rows} == {copy_cases._micros(report.parsed_at)}
+    days_alike()
 
 
 def test_a_report_whose_bytes_are_gone_is_passed_over(chdb, parsed, tmp_path, settings):
@@ -162,6 +177,7 @@ def test_a_re_parse_that_gives_other_cases_leaves_no_earlier_case_behind(
         kept = list(TestCase.objects.filter(report=r).order_by("id").values_list("test_id", "status"))
         assert [(c["generic_id"], c["status"]) for c in rows if c["report_id"] == r.pk] == kept
     assert len(rows) == 6 + 4
+    days_alike()  # the tests the new parse no longer has are gone from the roll-up too
     report.refresh_from_db()
     assert not report.replaced
     assert not TestReport.objects.filter(replaced=True).exists()
@@ -179,6 +195,7 @@ def test_a_re_parse_that_refuses_the_report_removes_its_cases(
     tasks.clickhouse_replicate()
 
     assert cases() == []
+    days_alike(empty=True)
     report.refresh_from_db()
     assert not report.replaced
 
@@ -195,3 +212,16 @@ def test_a_re_parse_still_pending_keeps_its_mark_and_the_cases_until_it_ends(
     assert len(cases()) == 5
     report.refresh_from_db()
     assert (report.state, report.replaced) == ("pending", True)
+
+
+def test_a_table_made_before_the_roll_up_gets_it_filled_from_its_cases(chdb, parsed):
+    parsed(junit_xml(passed=3, failed=1))
+    parsed(junit_xml(passed=2, failed=2))
+    tasks.clickhouse_replicate()
+    with clickhouse.session():
+        clickhouse.command(f"DROP TABLE {case_table.DAY_TABLE}")
+
+    with clickhouse.session():
+        case_table.ensure_schema()  # as the next copy finds it
+
+    days_alike()
