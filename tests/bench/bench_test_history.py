@@ -146,7 +146,7 @@ def seed_clickhouse(backends: list[Backend], now) -> float:
         count = clickhouse.rows(f"SELECT count() FROM {copy_cases.TABLE}")[0][0]
         merged = time.perf_counter() - began
         # The search's daily roll-up, as the copy keeps it after each batch (here every day at once).
-        case_table.days_refresh({(now - timedelta(days=d)).date() for d in range(DAYS + 2)})
+        copy_cases.days_refresh({(now - timedelta(days=d)).date() for d in range(DAYS + 2)})
         clickhouse.command(f"OPTIMIZE TABLE {case_table.DAY_TABLE} FINAL")
         days = clickhouse.rows(f"SELECT count() FROM {case_table.DAY_TABLE}")[0][0]
     print(f"\nClickHouse: {count:,} cases inserted in {inserted:.1f} s, merged in {merged:.1f} s; ", end="")

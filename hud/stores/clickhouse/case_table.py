@@ -6,15 +6,12 @@ The roll-up holds, per test and UTC day of arrival, what the search shows of a t
 its counted runs and failures) over the cases read ``FINAL``, so re-sent and re-parsed copies count once, as in the
 search over the cases. A MergeTree materialized view would add up every copy, so the copy recomputes a day instead:
 after each batch of cases it sends (and after deleting a re-parsed report's old cases), it replaces the rows of the
-days that batch touched by a fresh aggregate of those days (``days_refresh``), versioned by the server's clock when
-the aggregate began. The newest version of a day is therefore the aggregate that began last, which saw every batch
-sent before it began; a batch sent after it is followed by its own refresh. A table created before the roll-up gets it
-filled from every case when the copy first finds it missing (``ensure_schema``).
+days that batch touched by a fresh aggregate of those days (``copy_cases.days_refresh``), versioned by the server's
+clock when the aggregate began. The newest version of a day is therefore the aggregate that began last, which saw
+every batch sent before it began; a batch sent after it is followed by its own refresh. A table created before the
+roll-up gets it filled from every case when the copy first finds it missing (``copy_cases.schema_ensure``).
 """
 
-from datetime import date
-
-from hud.stores.base import CASE_COUNTED, CASE_FAILING
 from hud.stores.clickhouse import connection as clickhouse
 
 TABLE = "oot_test_case"
@@ -74,45 +71,18 @@ DAY_SCHEMA = f"""
     ORDER BY (generic_id, day)
     SETTINGS {STORAGE}
 """
-FAILING = f"status IN {CASE_FAILING!r}"
-# One day of one test, from its cases FINAL.
-DAY_AGGREGATE = f"""
-    SELECT generic_id, toDate(reported_at) AS day, if(countIf({FAILING}) > 0, maxIf(reported_at, {FAILING}), NULL),
-        max(reported_at), countIf(status IN {CASE_COUNTED!r}), countIf({FAILING}), {{{{version:UInt64}}}}
-    FROM {TABLE} FINAL
-    {{where}}
-    GROUP BY generic_id, day"""
-DAY_INSERT = f"INSERT INTO {DAY_TABLE} (generic_id, day, last_failure, last_run, runs, failures, version)"
 
 
-def ensure_schema() -> None:
+def ensure_schema() -> bool:
     """The tables, and the search index on a table created before it (its older parts are read whole until merged,
-    or at once after `ALTER TABLE oot_test_case MATERIALIZE INDEX generic_id_ngrams`); the roll-up filled from every
-    case when it is made."""
+    or at once after `ALTER TABLE oot_test_case MATERIALIZE INDEX generic_id_ngrams`). True when it made the roll-up
+    (``copy_cases.schema_ensure`` then fills it from every case)."""
     clickhouse.command(SCHEMA)
-    tables = "SELECT name FROM system.tables WHERE database = currentDatabase() AND name = {t:String}"
-    if not clickhouse.rows(tables, {"t": DAY_TABLE}):
-        clickhouse.command(DAY_SCHEMA)
-        clickhouse.command(DAY_INSERT + DAY_AGGREGATE.format(where=""), {"version": server_micros()})
     indexes = "SELECT name FROM system.data_skipping_indices WHERE database = currentDatabase() AND table = {t:String}"
     if SEARCH_INDEX_NAME not in {name for (name,) in clickhouse.rows(indexes, {"t": TABLE})}:
         clickhouse.command(f"ALTER TABLE {TABLE} ADD {SEARCH_INDEX}")
-
-
-def server_micros() -> int:
-    return clickhouse.rows("SELECT toUnixTimestamp64Micro(now64(6))")[0][0]
-
-
-def days_refresh(days: set[date], *, removed: bool = False) -> None:
-    """Recompute the roll-up's rows of ``days`` from their cases (module docstring). ``removed``: cases of those days
-    were deleted, so a test may have none left on a day: rows older than the new aggregate are deleted too."""
-    if not days:
-        return
-    version = server_micros()
-    where = "PREWHERE toDate(reported_at) IN {days:Array(Date)}"
-    clickhouse.command(DAY_INSERT + DAY_AGGREGATE.format(where=where), {"days": sorted(days), "version": version})
-    if removed:
-        clickhouse.command(
-            f"DELETE FROM {DAY_TABLE} WHERE day IN {{days:Array(Date)}} AND version < {{version:UInt64}}",
-            {"days": sorted(days), "version": version},
-        )
+    tables = "SELECT name FROM system.tables WHERE database = currentDatabase() AND name = {t:String}"
+    if clickhouse.rows(tables, {"t": DAY_TABLE}):
+        return False
+    clickhouse.command(DAY_SCHEMA)
+    return True

@@ -10,7 +10,7 @@ overlap, a re-parse, a run that stopped after its insert) have the same sorting 
 ReplacingMergeTree; read the table `FINAL`. A re-parse that gives other cases (a parser change) or refuses the report
 leaves rows the new parse does not replace: the report is marked (`TestReport.replaced`) and the next run deletes its
 older versions (`_drop_replaced`). After each batch it sends, and after such a delete, the search's daily roll-up of
-the days concerned is recomputed (``case_table.days_refresh``).
+the days concerned is recomputed (``days_refresh``).
 
 The table is defined in ``hud.stores.clickhouse.case_table``: granules of 1,024 rows, each its own compressed block
 (``STORAGE``): the failing-tests history reads each failing
@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from hud.models import ReplicationCursor
+from hud.stores.base import CASE_COUNTED, CASE_FAILING
 from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse.copy_jobs import OVERLAP, _micros
@@ -67,6 +68,17 @@ COLUMNS = [
 ]
 
 
+FAILING = f"status IN {CASE_FAILING!r}"
+# One day of one test, from its cases FINAL.
+DAY_AGGREGATE = f"""
+    SELECT generic_id, toDate(reported_at) AS day, if(countIf({FAILING}) > 0, maxIf(reported_at, {FAILING}), NULL),
+        max(reported_at), countIf(status IN {CASE_COUNTED!r}), countIf({FAILING}), {{{{version:UInt64}}}}
+    FROM {TABLE} FINAL
+    {{where}}
+    GROUP BY generic_id, day"""
+DAY_INSERT = f"INSERT INTO {case_table.DAY_TABLE} (generic_id, day, last_failure, last_run, runs, failures, version)"
+
+
 def replicate() -> int:
     """Copy every case of the reports parsed since the cursor; returns the cases sent. When ClickHouse (ClickHouseError)
     or the intermediate store fails, the cursor records the error and it is raised: the next run starts where this
@@ -77,7 +89,7 @@ def replicate() -> int:
     sent = 0
     try:
         with clickhouse.session():
-            case_table.ensure_schema()
+            schema_ensure()
             _drop_replaced()
             while reports := _reports_after(after):
                 rows: list[list[Any]] = []
@@ -89,7 +101,7 @@ def replicate() -> int:
                     if len(rows) >= BATCH_ROWS or report is reports[-1]:
                         if rows:
                             clickhouse.insert(rows, column_names=COLUMNS, table=TABLE)
-                            case_table.days_refresh(days)  # before the cursor moves: a failure sends them again
+                            days_refresh(days)  # before the cursor moves: a failure sends them again
                         cursor.advance(updated_at=after[0], row_id=after[1], rows=len(rows))
                         sent, rows, days = sent + len(rows), [], set()
                 if len(reports) < REPORTS_PER_READ:
@@ -115,7 +127,7 @@ def _drop_replaced() -> None:
         "AND version < transform(report_id, {ids:Array(UInt64)}, {versions:Array(UInt64)}, toUInt64(0))",
         {"ids": ids, "versions": versions},
     )
-    case_table.days_refresh({received.astimezone(UTC).date() for _, _, received in reports}, removed=True)
+    days_refresh({received.astimezone(UTC).date() for _, _, received in reports}, removed=True)
     done = Q()
     for pk, at, _ in reports:
         done |= Q(pk=pk, parsed_at=at)
@@ -157,3 +169,28 @@ def _case_rows(report: TestReport) -> list[list[Any]]:
         row = of_report | vars(case) | {"generic_id": case.test_id, "ordinal": ordinal}
         rows.append([row[column] for column in COLUMNS])
     return rows
+
+
+def server_micros() -> int:
+    return clickhouse.rows("SELECT toUnixTimestamp64Micro(now64(6))")[0][0]
+
+
+def days_refresh(days: set[date], *, removed: bool = False) -> None:
+    """Recompute the roll-up's rows of ``days`` from their cases (``case_table``'s docstring). ``removed``: cases of
+    those days were deleted, so a test may have none left on a day: rows older than the new aggregate are deleted."""
+    if not days:
+        return
+    version = server_micros()
+    where = "PREWHERE toDate(reported_at) IN {days:Array(Date)}"
+    clickhouse.command(DAY_INSERT + DAY_AGGREGATE.format(where=where), {"days": sorted(days), "version": version})
+    if removed:
+        clickhouse.command(
+            f"DELETE FROM {case_table.DAY_TABLE} WHERE day IN {{days:Array(Date)}} AND version < {{version:UInt64}}",
+            {"days": sorted(days), "version": version},
+        )
+
+
+def schema_ensure() -> None:
+    """``case_table.ensure_schema``, and the search's roll-up filled from every case when it was just made."""
+    if case_table.ensure_schema():
+        clickhouse.command(DAY_INSERT + DAY_AGGREGATE.format(where=""), {"version": server_micros()})

@@ -222,6 +222,6 @@ def test_a_table_made_before_the_roll_up_gets_it_filled_from_its_cases(chdb, par
         clickhouse.command(f"DROP TABLE {case_table.DAY_TABLE}")
 
     with clickhouse.session():
-        case_table.ensure_schema()  # as the next copy finds it
+        copy_cases.schema_ensure()  # as the next copy finds it
 
     days_alike()
