@@ -25,6 +25,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ootci.models import JobResult, TestReport
+from ootci.rows import columns, rows_as
 from relay.github import client as github
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,15 @@ UNLISTED_AFTER = timedelta(minutes=10)  # the sweeper's period: it looks for run
 SERVED_SECONDS = 60 * 60  # how long the jobs a listing served are kept: past the sweeper's look back
 SWEPT_SUCCESSES = 20_000  # the most recent successes a sweep looks at
 LISTING_MARGIN = timedelta(seconds=2)  # web and worker clocks on different hosts
+# A run attempt's other completed successes, by the unique attempt index's first columns (one delivery's workflow run):
+# written out and prepared (``ootci.rows``), where the ORM compiled the query for every follow-up of a job whose run
+# had ended (most of a burst's jobs, when the worker lags it).
+RUN_FIELDS = ("backend_id", "delivery_id", "workflow_name", "run_id", "run_attempt")
+RUN_SUCCESSES = (
+    f"SELECT {columns(JobResult)} FROM {JobResult._meta.db_table} WHERE "
+    + " AND ".join(f"{f} = %s" for f in RUN_FIELDS)
+    + f" AND status = '{JobResult.Status.COMPLETED}' AND conclusion = 'success' AND id <> %s ORDER BY id"
+)
 COPIES = 256  # the listings a process keeps a copy of (of the runs it followed up last)
 
 _copies: dict[str, dict] = {}
@@ -165,17 +175,8 @@ def _served_key(job: JobResult) -> str:
 
 def run_deferred_jobs(job: JobResult) -> list[JobResult]:
     """The other completed jobs of ``job``'s run attempt that waited for its last job to list the run."""
-    siblings = JobResult.objects.filter(
-        backend_id=job.backend_id,  # the unique attempt index's first columns: one delivery's workflow run
-        delivery_id=job.delivery_id,
-        workflow_name=job.workflow_name,
-        run_id=job.run_id,
-        run_attempt=job.run_attempt,
-        status=JobResult.Status.COMPLETED,
-        conclusion="success",
-    ).exclude(pk=job.pk)
     found = []
-    for sibling in siblings.order_by("pk"):
+    for sibling in rows_as(JobResult, RUN_SUCCESSES, [*(getattr(job, f) for f in RUN_FIELDS), job.pk]):
         sibling.backend = job.backend
         if job_defers_listing(sibling):
             found.append(sibling)
