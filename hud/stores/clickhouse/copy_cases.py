@@ -29,10 +29,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from hud.models import ReplicationCursor
-from hud.stores.base import CASE_COUNTED, CASE_FAILING
 from hud.stores.clickhouse import case_table
 from hud.stores.clickhouse import connection as clickhouse
 from hud.stores.clickhouse.copy_jobs import OVERLAP, _micros
+from hud.stores.clickhouse.history import IS_COUNTED, IS_FAILING
 from ootci.models import TestReport
 from ootci.reports import blobs, junit
 
@@ -68,11 +68,11 @@ COLUMNS = [
 ]
 
 
-FAILING = f"status IN {CASE_FAILING!r}"
 # One day of one test, from its cases FINAL.
 DAY_AGGREGATE = f"""
-    SELECT generic_id, toDate(reported_at) AS day, if(countIf({FAILING}) > 0, maxIf(reported_at, {FAILING}), NULL),
-        max(reported_at), countIf(status IN {CASE_COUNTED!r}), countIf({FAILING}), {{{{version:UInt64}}}}
+    SELECT generic_id, toDate(reported_at) AS day,
+        if(countIf({IS_FAILING}) > 0, maxIf(reported_at, {IS_FAILING}), NULL), max(reported_at),
+        countIf({IS_COUNTED}), countIf({IS_FAILING}), {{{{version:UInt64}}}}
     FROM {TABLE} FINAL
     {{where}}
     GROUP BY generic_id, day"""
