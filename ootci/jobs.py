@@ -84,21 +84,37 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """A job attempt as its caller read it just before reporting on it, with its own reads in one statement
+    (``relay.endpoints.job_reports.callback_known``): ``job`` None when there is none yet; ``run_opened`` the start of
+    its run's first job (None: none started), what an in_progress's waits are measured from."""
+
+    job: JobResult | None
+    run_opened: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Applied:
     job: JobResult
     changed: bool  # False for a report that changed nothing (an exact repeat): work that follows keys off this
 
 
-def job_report_apply(*, key: dict[str, Any], report: Report, new: dict[str, Any] | None = None) -> Applied:
+def job_report_apply(
+    *, key: dict[str, Any], report: Report, new: dict[str, Any] | None = None, recorded: Recorded | None = None
+) -> Applied:
     """Apply ``report`` to the job attempt named by ``key`` (JobResult.attempt_key), creating it with the fields of
-    ``new`` (upstream facts: event, PR, SHA, dispatch) when it does not exist yet."""
+    ``new`` (upstream facts: event, PR, SHA, dispatch) when it does not exist yet. ``recorded``: the attempt as the
+    caller read it, decided against first instead of read again."""
     # An in_progress report is usually a job attempt's first: try the insert before reading (one round trip).
     first = report.status == Status.IN_PROGRESS and not report.merge
     for _ in range(MAX_TRIES):
-        job = None if first else _recorded(key)
+        if recorded is not None:  # a retry reads the row again
+            job, read, recorded = recorded.job, recorded, None
+        else:
+            job, read = None if first else _recorded(key), None
         first = False
         if job is None:
-            job = _created(key, report, new or {})
+            job = _created(key, report, new or {}, opened=read)
             if job is not None:
                 job_results_changed()
                 return Applied(job, True)
@@ -204,7 +220,9 @@ def _completion(job: JobResult, report: Report) -> dict[str, Any]:
     return changes
 
 
-def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobResult | None:
+def _created(
+    key: dict[str, Any], report: Report, new: dict[str, Any], *, opened: Recorded | None = None
+) -> JobResult | None:
     fields = {**new, **report.fields, "status": report.status, "level": report.level, "source": report.source}
     fields["relay_decided"] = report.relay_decided
     if report.environment:
@@ -213,7 +231,7 @@ def _created(key: dict[str, Any], report: Report, new: dict[str, Any]) -> JobRes
         if report.at is not None:
             fields.setdefault("started_at", report.at)
         if "started_at" in fields and "queue_time" not in fields:
-            fields.update(_run_waits(key, fields["started_at"], fields.get("dispatch")))
+            fields.update(_run_waits(key, fields["started_at"], fields.get("dispatch"), opened=opened))
     elif report.at is not None:
         fields.setdefault("completed_at", report.at)
     savepoint = transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
@@ -243,15 +261,21 @@ def _inserted(job: JobResult) -> None:
     job._state.adding, job._state.db = False, db.alias
 
 
-def _run_waits(key: dict[str, Any], started_at: datetime, dispatch: Dispatch | None) -> dict[str, float]:
+def _run_waits(
+    key: dict[str, Any], started_at: datetime, dispatch: Dispatch | None, *, opened: Recorded | None = None
+) -> dict[str, float]:
     """Queue time per workflow run: the job that opens its run (the run's first in_progress) carries the run's queue
     time, from the dispatch; a later job of the run carries its wait for the jobs it depends on instead, from the
     run's first in_progress to its own. Without the run's job graph the relay cannot tell a dependency from a runner
-    that was busy, so a later job's whole wait counts as waiting for dependencies."""
-    found = rows_as(JobResult, RUN_OPENED, [key[name] for name in RUN_FIELDS])  # written out as RECORDED is
-    opened = found[0].started_at if found else None
+    that was busy, so a later job's whole wait counts as waiting for dependencies. ``opened``: that start as the
+    caller read it."""
     if opened is not None:
-        return {"dependency_wait": seconds_between(opened, started_at)}
+        run_opened = opened.run_opened
+    else:
+        found = rows_as(JobResult, RUN_OPENED, [key[name] for name in RUN_FIELDS])  # written out as RECORDED is
+        run_opened = found[0].started_at if found else None
+    if run_opened is not None:
+        return {"dependency_wait": seconds_between(run_opened, started_at)}
     # Re-runs reuse the original dispatch, days old: a queue time only means something for attempt 1.
     if key["run_attempt"] == 1 and dispatch is not None and dispatch.sent_at:
         return {"queue_time": seconds_between(dispatch.sent_at, started_at)}

@@ -82,6 +82,42 @@ def rows_as(
     return found
 
 
+def row_parts(sql: str, params: list[Any], parts: dict[str, type[Model]], *, using: str = "default") -> dict | None:
+    """The first row of a statement that selects several models' rows side by side, each column named
+    ``<key>__<column>`` (``related_columns``) for its part ``key`` of ``parts``: each mapped as ``rows_as`` maps it (a
+    selected column that is not a field becomes an attribute), None where a LEFT JOIN found none. None when the
+    statement found no row. One round trip for what would be a statement per model."""
+    connection = connections[using]
+    key = (tuple(parts.items()), sql, using)
+    with prepared_cursor(using) as cursor:
+        cursor.execute(sql, params)
+        if (plans := _plans.get(key)) is None:
+            names = tuple(column[0] for column in cursor.description)
+            plans = _plans.setdefault(
+                key,
+                tuple(
+                    (
+                        part,
+                        _plan(
+                            model,
+                            [n.removeprefix(f"{part}__") if n.startswith(f"{part}__") else None for n in names],
+                            connection,
+                        ),
+                    )
+                    for part, model in parts.items()
+                ),
+            )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    found = {}
+    for part, plan in plans:
+        values = list(row)
+        pk = plan[2][plan[1].index(plan[0]._meta.pk.attname)]
+        found[part] = None if values[pk] is None else _mapped(plan, values, connection, using)
+    return found
+
+
 def related_columns(model: type[Model], key: str, *, using: str = "default") -> str:
     """The select list of ``model``'s columns, from the table aliased ``key``, as ``rows_as(related=(key,))`` reads
     them."""

@@ -39,6 +39,9 @@ def default_events() -> list[str]:
 
 
 class Backend(models.Model):
+    # What the relay's write endpoints read of their caller, on every callback (the rest deferred).
+    CALLER_FIELDS = ("id", "repo", "level", "device", "enabled")
+
     repo = models.CharField(max_length=140, validators=[validate_repo], help_text="org/name of the downstream repo")
     level = models.CharField(max_length=2, choices=Level.choices, default=Level.L1)
     device = models.CharField(

@@ -16,9 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ootci import jobs
-from ootci.jobs import JobConflict, Report, job_report_apply
+from ootci.jobs import JobConflict, Recorded, Report, job_report_apply
 from ootci.models import Backend, CallbackRejection, Dispatch, Event, JobResult
-from ootci.rows import rows_as
+from ootci.rows import related_columns, row_parts, rows_as
 from relay.endpoints import ratelimit, sha_check
 from relay.endpoints.tokens import callback_token_problem
 from relay.github import check_runs
@@ -39,6 +39,36 @@ DISPATCH_OF_DELIVERY = """
     JOIN ootci_delivery dl ON dl.id = d.delivery_id
     LEFT JOIN ootci_pullrequest pr ON pr.id = dl.pull_request_id
     WHERE d.backend_id = %s AND dl.delivery_id = %s"""
+# What a callback reads before it writes, in one statement (tests/bench/bench_callback.py: a round trip each was a
+# tenth of the web's CPU): the caller's backend (b), our dispatch of the delivery to it (d), the job attempt as
+# recorded (j), and, for an in_progress, the start of its run's first job (r, ``ootci.jobs.Recorded``). Portable SQL:
+# SQLite runs it too.
+KNOWN = """
+    SELECT {backend}, d.id AS d__id, d.sent_at AS d__sent_at, d.delivery_id AS d__delivery_id, dl.event AS d__event,
+           dl.upstream_repo AS d__upstream_repo, dl.head_sha AS d__head_sha, dl.pull_request_id AS d__pull_request_id,
+           pr.number AS d__pr_number, {job}{run}
+    FROM ootci_backend b
+    LEFT JOIN ootci_dispatch d
+        ON d.delivery_id = (SELECT x.id FROM ootci_delivery x WHERE x.delivery_id = %s) AND d.backend_id = b.id
+    LEFT JOIN ootci_delivery dl ON dl.id = d.delivery_id
+    LEFT JOIN ootci_pullrequest pr ON pr.id = dl.pull_request_id
+    LEFT JOIN ootci_jobresult j ON j.backend_id = b.id AND j.delivery_id = %s AND j.workflow_name = %s
+        AND j.job_name = %s AND j.run_id = %s AND j.run_attempt = %s{run_join}
+    WHERE lower(b.repo) = lower(%s)"""
+RUN_JOIN = """
+    LEFT JOIN ootci_jobresult r ON r.id = (
+        SELECT o.id FROM ootci_jobresult o WHERE o.backend_id = b.id AND o.delivery_id = %s AND o.run_id = %s
+            AND o.run_attempt = %s AND o.started_at IS NOT NULL ORDER BY o.started_at LIMIT 1)"""
+KNOWN_PARTS = {"b": Backend, "d": Dispatch, "j": JobResult}
+KNOWN_SQL = {
+    in_progress: KNOWN.format(
+        backend=", ".join(f"b.{name} AS b__{name}" for name in Backend.CALLER_FIELDS),
+        job=related_columns(JobResult, "j"),
+        run=", r.id AS r__id, r.started_at AS r__started_at" if in_progress else "",
+        run_join=RUN_JOIN if in_progress else "",
+    )
+    for in_progress in (False, True)
+}
 
 
 class CallbackRefused(Exception):
@@ -51,6 +81,15 @@ class CallbackRefused(Exception):
 
 
 @dataclass(frozen=True)
+class Known:
+    """What a callback read before it writes (``callback_known``)."""
+
+    backend: Backend | None  # None: the repo is not in the allowlist
+    dispatch: Dispatch | None  # our dispatch of the delivery to it, its delivery's facts as attributes
+    recorded: Recorded  # the job attempt as recorded, and its run's first start
+
+
+@dataclass(frozen=True)
 class CallbackOutcome:
     job: JobResult
     changed: bool  # False for an exact repeat of a report already applied: nothing was written
@@ -58,6 +97,34 @@ class CallbackOutcome:
     @property
     def status(self) -> str:
         return self.job.status
+
+
+def callback_known(*, repo: str, event_type: str, delivery_id: str, workflow: dict[str, Any]) -> Known:
+    """The backend ``repo`` reports as, our dispatch of ``delivery_id`` to it and the job attempt ``workflow`` names,
+    read in one statement; the caller checks the backend (``relay.endpoints.requests.backend_allowed``)."""
+    attempt = _attempt_key(event_type=event_type, delivery_id=delivery_id, workflow=workflow)
+    in_progress = workflow["status"] == JobResult.Status.IN_PROGRESS
+    params = [delivery_id, *(attempt[name] for name in JobResult.ATTEMPT_FIELDS[1:])]
+    if in_progress:
+        params += [attempt[name] for name in jobs.RUN_FIELDS[1:]]
+    found = row_parts(
+        KNOWN_SQL[in_progress], [*params, repo], {**KNOWN_PARTS, **({"r": JobResult} if in_progress else {})}
+    )
+    if found is None:
+        return Known(None, None, Recorded(None))
+    opened = found.get("r")
+    return Known(found["b"], found["d"], Recorded(found["j"], run_opened=opened.started_at if opened else None))
+
+
+def _attempt_key(*, event_type: str, delivery_id: str, workflow: dict[str, Any]) -> dict[str, Any]:
+    """The job attempt a callback names (``JobResult.ATTEMPT_FIELDS`` but its backend)."""
+    return {
+        "delivery_id": delivery_id.lower() if event_type in SELF_REPORT_EVENTS else delivery_id,
+        "workflow_name": workflow["name"],
+        "job_name": workflow.get("job_name") or "",
+        "run_id": workflow["run_id"],
+        "run_attempt": workflow.get("run_attempt") or 1,
+    }
 
 
 def callback_accept(
@@ -68,6 +135,7 @@ def callback_accept(
     workflow: dict[str, Any],
     callback_token: str = "",
     environment: dict[str, Any] | None = None,
+    known: Known | None = None,
 ) -> CallbackOutcome:
     """Apply one downstream report to its job attempt (DESIGN §3) on the relay's clock.
 
@@ -75,7 +143,7 @@ def callback_accept(
     nightly/periodic self-reports need no dispatch, but their upstream SHA must be a commit GitHub knows (422 when
     it does not; accepted unverified when GitHub cannot say, ``relay.endpoints.sha_check``). Concurrent identical
     reports apply once; a contradicting one is refused with 409. Work that follows a new report (the check run) keys
-    off ``changed``.
+    off ``changed``. ``known``: what ``callback_known`` read for it, not read again.
     """
     status = workflow["status"]
     if event_type in SELF_REPORT_EVENTS:
@@ -86,7 +154,9 @@ def callback_accept(
         if upstream["sha_check"] == JobResult.ShaCheck.UNKNOWN:
             raise CallbackRefused(422, sha_check.unknown_sha_detail(sha=delivery_id, event_type=event_type))
     else:
-        dispatch = _callback_dispatch(backend=backend, delivery_id=delivery_id, callback_token=callback_token)
+        dispatch = _callback_dispatch(
+            backend=backend, delivery_id=delivery_id, callback_token=callback_token, found=known and known.dispatch
+        )
         upstream = {
             "dispatch": dispatch,
             "event_type": dispatch.event,
@@ -96,14 +166,7 @@ def callback_accept(
             # Completed with no in_progress before it: accepted, but the HUD can tell it has no timings.
             "one_shot": status == JobResult.Status.COMPLETED,
         }
-    key = {
-        "backend_id": backend.pk,
-        "delivery_id": delivery_id,
-        "workflow_name": workflow["name"],
-        "job_name": workflow.get("job_name") or "",
-        "run_id": workflow["run_id"],
-        "run_attempt": workflow.get("run_attempt") or 1,
-    }
+    key = {"backend_id": backend.pk, **_attempt_key(event_type=event_type, delivery_id=delivery_id, workflow=workflow)}
     report = Report(
         status=status,
         source=JobResult.Source.CALLBACK,
@@ -113,7 +176,7 @@ def callback_accept(
         environment=environment or {},
     )
     try:
-        applied = job_report_apply(key=key, report=report, new=upstream)
+        applied = job_report_apply(key=key, report=report, new=upstream, recorded=known and known.recorded)
     except JobConflict as e:
         raise CallbackRefused(409, e.detail) from e
     applied.job.backend = backend
@@ -181,13 +244,17 @@ def callback_rejection_record(*, repo: str, status_code: int, detail: str) -> bo
     return True
 
 
-def _callback_dispatch(*, backend: Backend, delivery_id: str, callback_token: str) -> Dispatch:
+def _callback_dispatch(
+    *, backend: Backend, delivery_id: str, callback_token: str, found: Dispatch | None = None
+) -> Dispatch:
     """Our dispatch of ``delivery_id`` to ``backend``, with what a report needs of its delivery and PR as attributes
-    (event, upstream_repo, head_sha, pull_request_id, pr_number)."""
-    # One statement, written out: on every callback the ORM took longer to compile this join than the database to
-    # run it (tests/bench/bench_callback.py). Mapped as raw() maps it (ootci.rows).
-    found = rows_as(Dispatch, DISPATCH_OF_DELIVERY, [backend.pk, delivery_id])
-    dispatch = found[0] if found else None
+    (event, upstream_repo, head_sha, pull_request_id, pr_number); ``found``: that dispatch as already read."""
+    if found is None:
+        # One statement, written out: on every callback the ORM took longer to compile this join than the database
+        # to run it (tests/bench/bench_callback.py). Mapped as raw() maps it (ootci.rows).
+        rows = rows_as(Dispatch, DISPATCH_OF_DELIVERY, [backend.pk, delivery_id])
+        found = rows[0] if rows else None
+    dispatch = found
     if dispatch is None:
         raise CallbackRefused(
             403, f"No dispatch of delivery {delivery_id!r} was sent to {backend.repo}: nothing to report on."

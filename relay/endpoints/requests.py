@@ -21,8 +21,7 @@ from relay.endpoints import checked, oidc, ratelimit
 # PositiveIntegerField columns hold at most this on PostgreSQL; larger numbers are bad input, not a crash.
 MAX_COUNT = checked.INTEGER_RANGES["PositiveIntegerField"][1]
 STORE_RETRY_SECONDS = 5
-BACKEND_FIELDS = ["id", "repo", "level", "device", "enabled"]
-BACKEND_BY_REPO = f"SELECT {', '.join(BACKEND_FIELDS)} FROM ootci_backend WHERE lower(repo) = lower(%s)"
+BACKEND_BY_REPO = f"SELECT {', '.join(Backend.CALLER_FIELDS)} FROM ootci_backend WHERE lower(repo) = lower(%s)"
 
 
 class JsonAnswer(BaseContentNegotiation):
@@ -96,7 +95,11 @@ def reporting_backend(repo: str) -> Backend:
     with prepared_cursor() as cursor:
         cursor.execute(BACKEND_BY_REPO, [repo])
         row = cursor.fetchone()
-    backend = Backend.from_db(connection.alias, BACKEND_FIELDS, row) if row else None  # the rest of it deferred
+    return backend_allowed(repo, Backend.from_db(connection.alias, Backend.CALLER_FIELDS, row) if row else None)
+
+
+def backend_allowed(repo: str, backend: Backend | None) -> Backend:
+    """``backend``, the allowlist's entry for ``repo`` (None: it has none), when it may report; else 403."""
     if backend is None:
         raise Refused(403, f"{repo} is not in the OOT CI allowlist.")
     if not backend.enabled:

@@ -4,8 +4,8 @@ import pytest
 from django.db import connection
 from django.db.models import Model
 
-from ootci.models import AlertRule, JobFailure, JobResult
-from ootci.rows import rows_as
+from ootci.models import AlertRule, Backend, JobFailure, JobResult
+from ootci.rows import related_columns, row_parts, rows_as
 from relay.alerts.fire import rule_for
 from relay.reports.follow_up import JOB, job_read
 from tests.hud.builders import job
@@ -70,3 +70,28 @@ def test_hot_statements_are_prepared_and_survive_a_new_column(make_backend):
         cursor.execute(f"ALTER TABLE {RULES} ADD COLUMN added_later integer")  # rolled back with the test
 
     assert rule_for(AlertRule.Kind.BASELINE, backend).threshold == 2
+
+
+@pytest.mark.django_db
+def test_a_row_of_several_models_is_mapped_part_by_part(make_backend):
+    """``row_parts``: each part as the ORM reads it, a column that is not a field an attribute, None for a part a LEFT
+    JOIN did not find, and None for a statement that found no row."""
+    backend = make_backend(oncalls=["alice"])
+    done = job(backend, name="test", conclusion="failure")
+    sql = (
+        f"SELECT b.id AS b__id, b.repo AS b__repo, lower(b.repo) AS b__lowered, {related_columns(JobResult, 'j')}"
+        " FROM ootci_backend b LEFT JOIN ootci_jobresult j ON j.backend_id = b.id AND j.job_name = %s"
+        " WHERE b.repo = %s"
+    )
+    parts = {"b": Backend, "j": JobResult}
+
+    found = row_parts(sql, [done.job_name, backend.repo], parts)
+    missing_job = row_parts(sql, ["no-such-job", backend.repo], parts)
+    no_row = row_parts(sql, [done.job_name, "no/such-repo"], parts)
+
+    assert values(found["j"]) == values(JobResult.objects.get(pk=done.pk))
+    assert (found["b"].pk, found["b"].repo, found["b"].lowered) == (backend.pk, backend.repo, backend.repo.lower())
+    assert found["b"].get_deferred_fields() >= {"oncalls", "level"}  # the rest read when asked, as only() does
+    assert found["b"].oncalls == ["alice"]
+    assert missing_job["j"] is None and missing_job["b"].pk == backend.pk
+    assert no_row is None

@@ -416,9 +416,10 @@ def test_a_re_run_attempt_has_no_queue_time_but_its_later_jobs_wait_for_dependen
 # --- what a callback costs (issue 30) --------------------------------------------------------------
 
 
-def test_a_callback_is_four_statements(downstream, client, django_assert_num_queries, monkeypatch):
-    """The backend, the dispatch with its delivery, the job attempt (read, or the run's first start), its write:
-    pinned so that a change that adds a round trip to every callback is seen. The worker's follow-up is not counted."""
+def test_a_callback_is_two_statements(downstream, client, django_assert_num_queries, monkeypatch):
+    """One read (the backend, the dispatch with its delivery, the job attempt, for an in_progress its run's first
+    start: job_reports.callback_known) and the job's write: pinned so that a change that adds a round trip to every
+    callback is seen. The worker's follow-up is not counted."""
     from django_q.brokers import get_broker
     from django_q.conf import Conf
 
@@ -429,10 +430,35 @@ def test_a_callback_is_four_statements(downstream, client, django_assert_num_que
 
     for name in ("pull_request.in_progress", "pull_request.completed.failure"):
         body = json.dumps(ci.body(name, dispatch))
-        with django_assert_num_queries(4):
+        with django_assert_num_queries(2):
             response = client.post("/github/callback", body, content_type="application/json", **auth)
         assert response.status_code == 200, response.content
     get_broker().purge_queue()
+
+
+def test_a_large_callback_is_read_after_its_caller_may_report(downstream, client):
+    """A body over EARLY_BODY_BYTES is not checked for a caller the allowlist refuses (403, not 400), and one from a
+    caller that may report is applied as a small one is: the backend read alone, then the rest."""
+    from relay.endpoints.callback import EARLY_BODY_BYTES
+
+    ci = downstream()
+    dispatch = ci.dispatch()
+    completed = ci.body("pull_request.completed.failure", dispatch)
+    completed["workflow"]["test_results"]["failed_tests"] = [f"test_ops.py::test_{n}: " + "x" * 90 for n in range(800)]
+    large = json.dumps(completed)
+    assert len(large) > EARLY_BODY_BYTES
+    stranger = {"HTTP_AUTHORIZATION": f"Bearer {ci.issuer.token(repository='someone/else')}"}
+    broken = large[:-1]  # not JSON
+
+    refused = client.post("/github/callback", broken, content_type="application/json", **stranger)
+    started = ci.post(ci.body("pull_request.in_progress", dispatch))
+    applied = ci.post(completed)
+
+    assert refused.status_code == 403 and "not in the OOT CI allowlist" in refused.json()["detail"]
+    assert (started.status_code, applied.status_code) == (200, 200), applied.content
+    job = JobResult.objects.get()
+    assert (job.status, job.conclusion, len(job.failed_tests)) == ("completed", "failure", 800)
+    assert job.execution_time is not None
 
 
 def test_a_callback_is_answered_in_json_whatever_it_accepts(downstream):
