@@ -193,28 +193,19 @@ class CallbackApi(WriteApi):
         # A usual body is checked before the allowlist is read, so that one statement reads the caller's backend, our
         # dispatch and the job attempt (job_reports.callback_known); its refusal still comes after the allowlist's and
         # the rate limit's. A large one is read only for a caller that may report, as before.
-        data, problem, known = None, None, None
-        if int(request.META.get("CONTENT_LENGTH") or 0) <= EARLY_BODY_BYTES:
-            data, problem = self._body(request)
-        if data is not None:
-            known = job_reports.callback_known(
-                repo=self.repo,
-                event_type=data["event_type"],
-                delivery_id=data["delivery_id"],
-                workflow=data["workflow"],
-            )
-            backend = backend_allowed(self.repo, known.backend)
-        else:
-            backend = reporting_backend(self.repo)
+        small = int(request.META.get("CONTENT_LENGTH") or 0) <= EARLY_BODY_BYTES
+        data, problem = self._body(request) if small else (None, None)
+        known = data and job_reports.callback_known(
+            repo=self.repo, event_type=data["event_type"], delivery_id=data["delivery_id"], workflow=data["workflow"]
+        )
+        backend = backend_allowed(self.repo, known.backend) if known else reporting_backend(self.repo)
         if not self.rate_counted:
             self.rate_counted = True
             rate_limit(self.repo)
+        if not small:
+            data, problem = self._body(request)
         if problem is not None:
             raise problem
-        if data is None:
-            data, problem = self._body(request)
-            if problem is not None:
-                raise problem
         try:
             outcome = job_reports.callback_accept(
                 backend=backend,
