@@ -155,7 +155,7 @@ def callback_accept(
             raise CallbackRefused(422, sha_check.unknown_sha_detail(sha=delivery_id, event_type=event_type))
     else:
         dispatch = _callback_dispatch(
-            backend=backend, delivery_id=delivery_id, callback_token=callback_token, found=known and known.dispatch
+            backend=backend, delivery_id=delivery_id, callback_token=callback_token, known=known
         )
         upstream = {
             "dispatch": dispatch,
@@ -245,16 +245,17 @@ def callback_rejection_record(*, repo: str, status_code: int, detail: str) -> bo
 
 
 def _callback_dispatch(
-    *, backend: Backend, delivery_id: str, callback_token: str, found: Dispatch | None = None
+    *, backend: Backend, delivery_id: str, callback_token: str, known: Known | None = None
 ) -> Dispatch:
     """Our dispatch of ``delivery_id`` to ``backend``, with what a report needs of its delivery and PR as attributes
-    (event, upstream_repo, head_sha, pull_request_id, pr_number); ``found``: that dispatch as already read."""
-    if found is None:
+    (event, upstream_repo, head_sha, pull_request_id, pr_number); read by ``callback_known`` when ``known`` is given."""
+    if known is not None:
+        dispatch = known.dispatch
+    else:
         # One statement, written out: on every callback the ORM took longer to compile this join than the database
         # to run it (tests/bench/bench_callback.py). Mapped as raw() maps it (ootci.rows).
         rows = rows_as(Dispatch, DISPATCH_OF_DELIVERY, [backend.pk, delivery_id])
-        found = rows[0] if rows else None
-    dispatch = found
+        dispatch = rows[0] if rows else None
     if dispatch is None:
         raise CallbackRefused(
             403, f"No dispatch of delivery {delivery_id!r} was sent to {backend.repo}: nothing to report on."
