@@ -245,6 +245,10 @@ DISPATCH_RETRY_MAX_SECONDS = env.float("DISPATCH_RETRY_MAX_SECONDS", default=20.
 DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS = env.float("DISPATCH_RATE_LIMIT_MAX_WAIT_SECONDS", default=30.0)
 DISPATCH_STALE_SECONDS = env.int("DISPATCH_STALE_SECONDS", default=120)
 
+# The bulk task of successful jobs' follow-ups (relay.reports.follow_up_queue) waits this long on an empty list for
+# more before it ends: a burst's follow-ups are one task (it holds one task worker meanwhile). 0: it ends at once.
+FOLLOW_UPS_LINGER_SECONDS = env.float("FOLLOW_UPS_LINGER_SECONDS", default=0.25)
+
 CALLBACK_RATE_LIMIT_PER_MIN = env.int("CALLBACK_RATE_LIMIT_PER_MIN", default=100)
 # An echoed callback_token older than this is refused (403): GitHub keeps a run re-runnable for 30 days.
 CALLBACK_TOKEN_MAX_AGE_DAYS = env.float("CALLBACK_TOKEN_MAX_AGE_DAYS", default=30)

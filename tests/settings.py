@@ -28,6 +28,8 @@ os.environ.setdefault("HUD_CACHE_SECONDS", "0")
 os.environ.setdefault("OIDC_BUILDKITE_JWKS_URL", "http://127.0.0.1:9/buildkite/.well-known/jwks")
 # Every test sees the Buildkite pipeline map it made; the test of a map edit taking effect sets its own delay.
 os.environ.setdefault("OIDC_IDENTITY_MAP_SECONDS", "0")
+# A bulk follow-up task a test runs ends on an empty list; the test of its lingering sets its own wait.
+os.environ.setdefault("FOLLOW_UPS_LINGER_SECONDS", "0")
 
 from config.settings import *  # noqa: E402, F403
 

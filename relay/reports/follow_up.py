@@ -27,6 +27,7 @@ from relay.reports.follow_up_queue import PENDING_SECONDS
 logger = logging.getLogger(__name__)
 
 BULK_CHUNK = 100  # ids read, followed up, then taken off the list together
+LINGER_POLL_SECONDS = 0.02  # how often a lingering bulk task looks at the list
 BULK_TIMEOUT_SECONDS = 120  # the lock's life and twice the task's, when Q_CLUSTER sets no task timeout
 # Compare-and-delete: a task lets go of the lock only if it still holds it (not once it expired and another took it).
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -142,20 +143,23 @@ def job_log_classified(job: JobResult) -> None:
 
 def follow_ups_take() -> dict[str, int]:
     """The bulk task (relay.reports.follow_up_queue): follow up every job on the list, a chunk at a time, while it
-    holds the list's lock."""
+    holds the list's lock. Its pending mark stays while it runs, so the jobs that complete meanwhile leave their
+    follow-up to it, and it lingers ``FOLLOW_UPS_LINGER_SECONDS`` on an empty list before it ends: a burst's
+    follow-ups are one task, not one every few jobs (each hand-over cost the worker about a millisecond)."""
     client = RedisBroker.get_connection()
     ids, pending, lock = follow_up_queue.keys()
-    client.delete(pending)  # a job completing from now on queues another task
     timeout = Conf.TIMEOUT or BULK_TIMEOUT_SECONDS  # django-q2 allows none
     deadline = time.monotonic() + timeout / 2
+    linger = 0.0 if Conf.SYNC else settings.FOLLOW_UPS_LINGER_SECONDS  # inline, a task would hold its request
     done = 0
     while True:
         token = uuid.uuid4().hex
         if not client.set(lock, token, nx=True, px=max(1, int(timeout * 1000))):
             return {"followed_up": done, "left_to_the_lock_holder": 1}
+        client.set(pending, 1, ex=max(1, int(timeout)))  # running: a job completing now leaves its follow-up to it
         late = False
         try:
-            while not late and (chunk := client.lrange(ids, 0, BULK_CHUNK - 1)):
+            while not late and (chunk := client.lrange(ids, 0, BULK_CHUNK - 1) or _arrived(client, ids, linger)):
                 taken = 0
                 for raw in chunk:
                     _bulk_follow_up(int(raw))
@@ -165,12 +169,24 @@ def follow_ups_take() -> dict[str, int]:
                 client.ltrim(ids, taken, -1)
                 done += taken
         finally:
+            if not late:
+                client.delete(pending)  # a job completing from now on queues another task
             client.eval(RELEASE, 1, lock, token)
-        if late:  # queued once the lock is free for it to take
+        if late:  # queued once the lock is free for it to take; the mark stays for it
             async_task("relay.tasks.job_follow_ups", save=False)
             return {"followed_up": done, "continued": 1}
-        if not client.llen(ids):  # ids pushed after the last chunk read, while their task found the lock taken
+        if not client.llen(ids):  # ids pushed after the last look, while the mark was still there
             return {"followed_up": done}
+
+
+def _arrived(client: redis.Redis, ids: str, linger: float) -> list[bytes]:
+    """The list's first chunk once ids arrive within ``linger`` seconds, else []."""
+    until = time.monotonic() + linger
+    while time.monotonic() < until:
+        time.sleep(min(LINGER_POLL_SECONDS, max(0.0, until - time.monotonic())))
+        if chunk := client.lrange(ids, 0, BULK_CHUNK - 1):
+            return chunk
+    return []
 
 
 def follow_ups_resume() -> int:

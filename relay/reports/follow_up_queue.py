@@ -4,16 +4,19 @@ django-q2 hands every task from its pusher to a worker to its monitor, three pro
 that waits for its run and trips no alert rule, that hand-over was about half the worker's CPU per completed callback
 (py-spy on tests/bench/bench_callback.py). A callback that completed a job successfully pushes the job's id on a Redis
 list (``follow_up_queue``) and queues the task that takes the list (``relay.tasks.job_follow_ups``) unless one is
-queued that has not started: the jobs that complete meanwhile leave their follow-up to it, as
-``relay.alerts.incidents.once_for_burst`` does for the alert rules.
+queued or running (its pending mark): the jobs that complete meanwhile leave their follow-up to it, as
+``relay.alerts.incidents.once_for_burst`` does for the alert rules. The running task lingers on an empty list
+(``FOLLOW_UPS_LINGER_SECONDS``) before it takes its mark away and ends: in a burst of 300 successes a second, a task
+every three jobs, when the mark went as a task started, became one for the burst.
 
 The task (``relay.reports.follow_up.follow_ups_take``) takes the list a chunk at a time: it reads a chunk, follows
 each job up (``job_completed_follow_up``), then takes the chunk off the list, so a worker killed within a chunk leaves
 it to the next task (a follow-up is safe to run twice). One task takes the list at a time (a lock that expires with
-django-q2's task timeout); a task that finds the lock taken leaves the list to its holder, which looks at the list
-again after letting the lock go. A task stops at half the task timeout and queues its continuation. A follow-up that
-raises is queued as a task of its own, where it fails as it did before, in django-q2's failures. The sweeper queues
-the task for a list that nothing is taking (``relay.reports.follow_up.follow_ups_resume``).
+django-q2's task timeout, as does the mark while a task holds the lock); a task that finds the lock taken leaves
+the list to its holder, which looks at the list again after taking its mark away and letting the lock go. A task
+stops at half the task timeout and queues its continuation. A follow-up that raises is queued as a task of its own,
+where it fails as it did before, in django-q2's failures. The sweeper queues the task for a list that nothing is
+taking (``relay.reports.follow_up.follow_ups_resume``).
 
 A failed, cancelled or timed-out job is still followed up by a task of its own: its follow-up waits on GitHub twice
 and classifies its log (about 20 ms of CPU against the hand-over's 1), and the workers take those side by side. So

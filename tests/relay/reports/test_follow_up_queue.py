@@ -4,6 +4,7 @@ own task would have been, nothing lost to a worker killed in a chunk, a lock lef
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -32,6 +33,41 @@ def test_a_burst_of_successes_queues_one_task_that_follows_each_up(downstream, s
     assert tasks.job_follow_ups() == {"followed_up": 3}
     assert (waiting(), listings(fake_github)) == (0, 1)  # the run listed once, for its three successes
     assert [name for name, _ in queued_tasks()] == ["relay.tasks.job_reports_pull"] * 3
+
+
+def test_the_task_lingers_for_the_burst_and_the_jobs_completing_meanwhile_queue_no_other(
+    downstream,
+    store,  # noqa: F811
+    fake_github,
+    queued_tasks,
+    settings,
+):
+    settings.FOLLOW_UPS_LINGER_SECONDS = 0.5
+    ci = downstream()
+    dispatch = shards_started(ci, fake_github, SHARDS)
+    for name in SHARDS:
+        shard_completed(ci, dispatch, name)
+    assert queued_tasks() == [("relay.tasks.job_follow_ups", ())]
+    client = RedisBroker.get_connection()
+    ids, pending, _ = follow_up_queue.keys()
+    later = [int(raw) for raw in client.lrange(ids, 1, -1)]
+    client.ltrim(ids, 0, 0)  # the burst's last two jobs complete while the task runs, 0.2 s apart
+
+    def complete_later():
+        for job_id in later:
+            time.sleep(0.2)
+            follow_up_queue.follow_up_queue(job_id, conclusion="success")
+
+    completing = threading.Thread(target=complete_later)
+    completing.start()
+    started = time.monotonic()
+    assert tasks.job_follow_ups() == {"followed_up": 3}  # the first, then each as it came
+    completing.join()
+
+    assert 0.4 + 0.5 <= time.monotonic() - started < 0.4 + 0.5 + 2  # it waited half a second after the last
+    assert [name for name, _ in queued_tasks()] == ["relay.tasks.job_reports_pull"] * 3  # no second bulk task
+    assert listings(fake_github) == 1
+    assert not client.exists(pending) and waiting() == 0  # the mark gone with it: the next job queues a task
 
 
 def test_a_failure_is_still_followed_up_by_a_task_of_its_own(downstream, store, fake_github, queued_tasks):  # noqa: F811
