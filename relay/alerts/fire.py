@@ -19,6 +19,11 @@ RULE = (
     " WHERE kind = %s AND (backend_id = %s OR backend_id IS NULL) ORDER BY backend_id IS NULL, backend_id LIMIT 1"
 )
 FIRING = f"SELECT 1 FROM {Incident._meta.db_table} WHERE fingerprint = %s AND state = %s LIMIT 1"
+FIRING_TOGETHER = 20  # fingerprints looked up in one statement (a fixed count: one prepared statement)
+FIRING_AMONG = (
+    f"SELECT fingerprint FROM {Incident._meta.db_table} WHERE state = %s"
+    f" AND fingerprint IN ({', '.join(['%s'] * FIRING_TOGETHER)})"
+)
 
 
 def rule_for(kind: str, backend: Backend | None) -> AlertRule | None:
@@ -32,6 +37,20 @@ def firing(fingerprint: str) -> bool:
     with prepared_cursor() as cursor:
         cursor.execute(FIRING, [fingerprint, Incident.State.FIRING.value])
         return cursor.fetchone() is not None
+
+
+def firing_among(fingerprints: list[str]) -> dict[str, bool]:
+    """Whether each of ``fingerprints`` fires, ``FIRING_TOGETHER`` of them a statement: for the bulk follow-up of
+    successes, most of which find nothing firing."""
+    unique = list(dict.fromkeys(fingerprints))
+    fires = dict.fromkeys(unique, False)
+    with prepared_cursor() as cursor:
+        for start in range(0, len(unique), FIRING_TOGETHER):
+            some = unique[start : start + FIRING_TOGETHER]
+            padded = [*some, *[some[0]] * (FIRING_TOGETHER - len(some))]
+            cursor.execute(FIRING_AMONG, [Incident.State.FIRING.value, *padded])
+            fires.update((fingerprint, True) for (fingerprint,) in cursor.fetchall())
+    return fires
 
 
 # --- incidents: open once, update, resolve --------------------------------------------------------------------------

@@ -50,9 +50,10 @@ RUNS_LATEST_FIRST = "ORDER BY " + ", ".join(
 )
 
 
-def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None) -> str:
+def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None, fires: dict[str, bool] | None = None) -> str:
     """The rules a job's result bears on: the PR rule for a pull_request job, the baseline rule for the others.
-    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again.
+    ``job``: the row with its backend, just read by the caller (the completed callback's follow-up), not read again;
+    ``fires``: whether the incidents of ``job_fingerprint`` fire, when the caller looked them up for several jobs.
     The rules that read more than the job (its backend's runners, its PR's jobs) are evaluated once for a burst of
     jobs (``once_for_burst``): a 100-shard run that failed evaluated its PR's 100 jobs 100 times."""
     if job is None or job.pk != job_id:
@@ -62,8 +63,28 @@ def job_alerts_evaluate(*, job_id: int, job: JobResult | None = None) -> str:
     if job.environment:
         once_for_burst(f"runners:{job.backend_id}", "relay.tasks.runners_alerts", job.backend_id)
     if job.event_type == Event.PULL_REQUEST:
-        return pr_evaluate(job)
-    return baseline_evaluate(job)
+        return pr_evaluate(job, fires)
+    return baseline_evaluate(job, fires)
+
+
+def job_fingerprint(job: JobResult) -> str | None:
+    """The incident of the rule a completed job bears on, which its success resolves if it fires (None: no rule)."""
+    if job.event_type == Event.PULL_REQUEST:
+        return pr_fingerprint(job) if job.pr_number else None
+    return baseline_fingerprint(job) if job.event_type in BASELINE_EVENTS else None
+
+
+def pr_fingerprint(job: JobResult) -> str:
+    return f"{AlertRule.Kind.PR_TEST}:{job.backend_id}:{job.upstream_repo}#{job.pr_number}"
+
+
+def baseline_fingerprint(job: JobResult) -> str:
+    return f"{AlertRule.Kind.BASELINE}:{job.backend_id}:{job.workflow_name}/{job.job_name}"
+
+
+def _fires(fingerprint: str, fires: dict[str, bool] | None) -> bool:
+    known = None if fires is None else fires.get(fingerprint)
+    return firing(fingerprint) if known is None else known
 
 
 def once_for_burst(key: str, task: str, *args) -> str:
@@ -92,7 +113,7 @@ def burst_started(key: str) -> None:
 # --- the rules ------------------------------------------------------------------------------------------------------
 
 
-def pr_evaluate(job: JobResult) -> str:
+def pr_evaluate(job: JobResult, fires: dict[str, bool] | None = None) -> str:
     """An L3/L4 backend's failures on the PR (its latest attempts on the job's SHA) whose verdict (``ootci.baseline``)
     is ``new`` or ``unknown``: an incident per PR and backend, updated on every change (a parsed report, a re-run),
     resolved as soon as none is left. Each job's failures are in the details, grouped by verdict with their evidence,
@@ -100,8 +121,8 @@ def pr_evaluate(job: JobResult) -> str:
     backend = job.backend
     if levels.policy(backend.level).display_on_pr == levels.PrDisplay.NEVER or not job.pr_number:
         return "nothing"
-    fingerprint = f"{AlertRule.Kind.PR_TEST}:{backend.pk}:{job.upstream_repo}#{job.pr_number}"
-    if job.outcome == JobResult.Outcome.SUCCESS and not firing(fingerprint):
+    fingerprint = pr_fingerprint(job)
+    if job.outcome == JobResult.Outcome.SUCCESS and not _fires(fingerprint, fires):
         return "quiet"  # a success opens nothing, and there is nothing to resolve
     return once_for_burst(f"{fingerprint}:{job.job_sha}", "relay.tasks.pr_alerts", job.pk)
 
@@ -111,7 +132,7 @@ def pr_alerts_evaluate(*, job_id: int) -> str:
     job = JobResult.objects.select_related("backend").filter(pk=job_id).first()
     if job is None:
         return "nothing"
-    fingerprint = f"{AlertRule.Kind.PR_TEST}:{job.backend_id}:{job.upstream_repo}#{job.pr_number}"
+    fingerprint = pr_fingerprint(job)
     burst_started(f"{fingerprint}:{job.job_sha}")
     return pr_jobs_evaluate(job, fingerprint)
 
@@ -162,16 +183,16 @@ def job_entry(j: JobResult, found: baseline.JobVerdict | None = None) -> dict:
     return entry
 
 
-def baseline_evaluate(job: JobResult) -> str:
+def baseline_evaluate(job: JobResult, fires: dict[str, bool] | None = None) -> str:
     """``threshold`` failures in a row of one job on the backend's baseline runs open an incident; ``resolve_after``
     successes in a row resolve it."""
     backend = job.backend
     if job.event_type not in BASELINE_EVENTS:
         return "nothing"
-    fingerprint = f"{AlertRule.Kind.BASELINE}:{backend.pk}:{job.workflow_name}/{job.job_name}"
+    fingerprint = baseline_fingerprint(job)
     # A success opens nothing: with nothing firing there is nothing to count (one statement instead of four for most
     # completed jobs). A later attempt that failed was evaluated after it finished, with this one in its window.
-    if job.outcome == JobResult.Outcome.SUCCESS and not firing(fingerprint):
+    if job.outcome == JobResult.Outcome.SUCCESS and not _fires(fingerprint, fires):
         return "quiet"
     rule = rule_for(AlertRule.Kind.BASELINE, backend)
     if rule is None:

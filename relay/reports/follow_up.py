@@ -19,7 +19,7 @@ from django_q.tasks import async_task, schedule
 from ootci.broker import RedisBroker
 from ootci.models import BISECT_EVENT, Backend, JobFailure, JobResult
 from ootci.rows import columns, related_columns, rows_as
-from relay.alerts import incidents
+from relay.alerts import fire, incidents
 from relay.github import client as github
 from relay.reports import artifacts, follow_up_queue, logs, pull
 from relay.reports.follow_up_queue import PENDING_SECONDS
@@ -27,6 +27,7 @@ from relay.reports.follow_up_queue import PENDING_SECONDS
 logger = logging.getLogger(__name__)
 
 BULK_CHUNK = 100  # ids read, followed up, then taken off the list together
+READ_TOGETHER = 20  # of a chunk's jobs, read in one statement (a fixed count: one prepared statement)
 LINGER_POLL_SECONDS = 0.02  # how often a lingering bulk task looks at the list
 BULK_TIMEOUT_SECONDS = 120  # the lock's life and twice the task's, when Q_CLUSTER sets no task timeout
 # Compare-and-delete: a task lets go of the lock only if it still holds it (not once it expired and another took it).
@@ -45,22 +46,26 @@ JOB = (
     f" FROM {JobResult._meta.db_table} job JOIN {Backend._meta.db_table} backend ON backend.id = job.backend_id"
     f" LEFT JOIN {JobFailure._meta.db_table} failure ON failure.job_id = job.id WHERE job.id = %s"
 )
+JOBS = JOB.replace("WHERE job.id = %s", f"WHERE job.id IN ({', '.join(['%s'] * READ_TOGETHER)})")
 
 
 def job_completed_follow_up(*, job_id: int) -> str:
     """What a callback that completed a job starts, run by the task worker: the request queues this one task, not
-    one per kind of work (each costs the request about a millisecond). Its test reports are pulled (queued, when a
-    GitHub Actions run has an artifact for it), a failed job's log is classified, and the alert rules it bears on are
-    evaluated, both here: the rules then see the log's verdict, once. Its classification, if any, is read with it."""
+    one per kind of work (each costs the request about a millisecond)."""
     job = job_read(job_id)
-    if job is None:
-        return "missing"
+    return "missing" if job is None else job_followed_up(job)
+
+
+def job_followed_up(job: JobResult, *, fires: dict[str, bool] | None = None) -> str:
+    """Its test reports are pulled (queued, when a GitHub Actions run has an artifact for it), a failed job's log is
+    classified, and the alert rules it bears on are evaluated, both here: the rules then see the log's verdict, once.
+    ``job``: read by ``job_read`` (its classification, if any, with it); ``fires``: as ``job_alerts_evaluate``."""
     job_reports_pull_wanted(job)
     if logs.job_log_wanted(job):
         job_log_classified(job)
     if job.event_type == BISECT_EVENT:  # a bisection step that ended without a report to come is inconclusive
         transaction.on_commit(lambda: async_task("relay.tasks.bisect_step_ended", job.pk), robust=True)
-    return incidents.job_alerts_evaluate(job_id=job_id, job=job)
+    return incidents.job_alerts_evaluate(job_id=job.pk, job=job, fires=fires)
 
 
 def job_read(job_id: int) -> JobResult | None:
@@ -68,6 +73,12 @@ def job_read(job_id: int) -> JobResult | None:
     ``job.failure`` raises when it has none)."""
     found = rows_as(JobResult, JOB, [job_id], related=("backend", "failure"))
     return found[0] if found else None
+
+
+def jobs_read(job_ids: list[int]) -> dict[int, JobResult]:
+    """``job_read`` of up to ``READ_TOGETHER`` jobs in one statement, by id (a missing one is not there)."""
+    padded = [*job_ids, *[job_ids[0]] * (READ_TOGETHER - len(job_ids))]
+    return {job.pk: job for job in rows_as(JobResult, JOBS, padded, related=("backend", "failure"))}
 
 
 def job_reports_pull_wanted(job: JobResult, *, attempt: int = 0) -> str:
@@ -161,10 +172,15 @@ def follow_ups_take() -> dict[str, int]:
         try:
             while not late and (chunk := client.lrange(ids, 0, BULK_CHUNK - 1) or _arrived(client, ids, linger)):
                 taken = 0
-                for raw in chunk:
-                    _bulk_follow_up(int(raw))
-                    taken += 1
-                    if late := time.monotonic() > deadline:
+                for start in range(0, len(chunk), READ_TOGETHER):
+                    group = [int(raw) for raw in chunk[start : start + READ_TOGETHER]]
+                    jobs, fires = _group_read(group)
+                    for job_id in group:
+                        _bulk_follow_up(job_id, jobs, fires)
+                        taken += 1
+                        if late := time.monotonic() > deadline:
+                            break
+                    if late:
                         break
                 client.ltrim(ids, taken, -1)
                 done += taken
@@ -206,9 +222,25 @@ def follow_ups_resume() -> int:
     return waiting
 
 
-def _bulk_follow_up(job_id: int) -> None:
+def _group_read(job_ids: list[int]) -> tuple[dict[int, JobResult] | None, dict[str, bool] | None]:
+    """A group of the bulk's jobs in one statement, and whether the incidents their successes would resolve fire in
+    one more (most find none): two statements for the group instead of two for each job. (None, None) when the
+    read fails: each job is then read on its own."""
     try:
-        job_completed_follow_up(job_id=job_id)
+        jobs = jobs_read(job_ids)
+        fingerprints = [fingerprint for job in jobs.values() if (fingerprint := incidents.job_fingerprint(job))]
+        return jobs, (fire.firing_among(fingerprints) if fingerprints else {})
+    except Exception:
+        logger.exception("bulk follow-up: jobs %s not read together: each is read on its own", job_ids)
+        return None, None
+
+
+def _bulk_follow_up(job_id: int, jobs: dict[int, JobResult] | None, fires: dict[str, bool] | None) -> None:
+    try:
+        if jobs is None:
+            job_completed_follow_up(job_id=job_id)
+        elif (job := jobs.get(job_id)) is not None:  # else gone since it completed: nothing to follow up
+            job_followed_up(job, fires=fires)
     except Exception:
         logger.exception("job %s: follow-up failed in the bulk task: queued alone", job_id)
         follow_up_queue.follow_up_alone(job_id)

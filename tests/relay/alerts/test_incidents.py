@@ -17,9 +17,10 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
 
-from ootci.models import AlertRule, Delivery, Incident, JobResult, Notification, NotificationChannel, PrComment
+from ootci.models import AlertRule, Backend, Delivery, Incident, JobResult, Notification, NotificationChannel, PrComment
 from relay import tasks
 from relay.alerts import incidents, notify
+from relay.reports import follow_up_queue
 from tests.fakes.github import POLL
 from tests.hud import builders
 from tests.hud.builders import ago, dispatch, job
@@ -228,6 +229,28 @@ def test_three_baseline_failures_open_an_issue_and_three_greens_close_it(l4, fak
 
     assert fake_github.issues["ascend/npu", 1]["state"] == "closed"
     assert Incident.objects.get().state == "resolved"
+
+
+@pytest.mark.django_db
+def test_successes_followed_up_in_bulk_still_resolve_what_fires(
+    l4, fake_github, run_now, queued_tasks, django_capture_on_commit_callbacks
+):
+    """The bulk task reads a group of successes, and whether their incidents fire, in a statement each."""
+    for n in range(1, 4):
+        run_now(baseline(l4, "failure", n=n))
+    run_now(pr_job(l4, "ut", "failure", tests=["test_new"]))
+    assert Incident.objects.filter(state="firing").count() == 2
+    queued_tasks()
+    quiet = baseline(Backend.objects.create(repo="intel/xpu", level="L2"), "success", n=5)
+    greens = [baseline(l4, "success", n=5 + i) for i in range(3)] + [pr_job(l4, "ut", attempt=2), quiet]
+    for green in greens:
+        follow_up_queue.follow_up_queue(green.pk, conclusion="success")
+    assert queued_tasks() == [("relay.tasks.job_follow_ups", ())]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.job_follow_ups() == {"followed_up": 5}
+    assert Incident.objects.get(fingerprint__startswith="baseline_failures:").state == "resolved"
+    assert ("relay.tasks.pr_alerts", (greens[3].pk,)) in queued_tasks()  # the PR's incident, evaluated for its green
 
 
 @pytest.mark.django_db

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from ootci.broker import RedisBroker
 from relay import tasks
@@ -30,7 +31,10 @@ def test_a_burst_of_successes_queues_one_task_that_follows_each_up(downstream, s
 
     assert queued_tasks() == [("relay.tasks.job_follow_ups", ())]  # one for the three
     assert (waiting(), listings(fake_github)) == (3, 0)
-    assert tasks.job_follow_ups() == {"followed_up": 3}
+    with CaptureQueriesContext(connection) as statements:
+        assert tasks.job_follow_ups() == {"followed_up": 3}
+    reads = [q["sql"] for q in statements.captured_queries if "ootci_incident" in q["sql"] or "job.id IN" in q["sql"]]
+    assert len(reads) == 2  # the three jobs read together, and whether their PR's incident fires
     assert (waiting(), listings(fake_github)) == (0, 1)  # the run listed once, for its three successes
     assert [name for name, _ in queued_tasks()] == ["relay.tasks.job_reports_pull"] * 3
 
