@@ -171,17 +171,7 @@ def follow_ups_take() -> dict[str, int]:
         late = False
         try:
             while not late and (chunk := client.lrange(ids, 0, BULK_CHUNK - 1) or _arrived(client, ids, linger)):
-                taken = 0
-                for start in range(0, len(chunk), READ_TOGETHER):
-                    group = [int(raw) for raw in chunk[start : start + READ_TOGETHER]]
-                    jobs, fires = _group_read(group)
-                    for job_id in group:
-                        _bulk_follow_up(job_id, jobs, fires)
-                        taken += 1
-                        if late := time.monotonic() > deadline:
-                            break
-                    if late:
-                        break
+                taken, late = _chunk_followed_up([int(raw) for raw in chunk], deadline)
                 client.ltrim(ids, taken, -1)
                 done += taken
         finally:
@@ -220,6 +210,20 @@ def follow_ups_resume() -> int:
         logger.warning("bulk follow-ups not looked at: %s", e)
         return 0
     return waiting
+
+
+def _chunk_followed_up(job_ids: list[int], deadline: float) -> tuple[int, bool]:
+    """Follow up a chunk's jobs, ``READ_TOGETHER`` read at a time, until the deadline passes: (how many, late)."""
+    taken = 0
+    for start in range(0, len(job_ids), READ_TOGETHER):
+        group = job_ids[start : start + READ_TOGETHER]
+        jobs, fires = _group_read(group)
+        for job_id in group:
+            _bulk_follow_up(job_id, jobs, fires)
+            taken += 1
+            if time.monotonic() > deadline:
+                return taken, True
+    return taken, False
 
 
 def _group_read(job_ids: list[int]) -> tuple[dict[int, JobResult] | None, dict[str, bool] | None]:

@@ -9,14 +9,14 @@ queued or running (its pending mark): the jobs that complete meanwhile leave the
 (``FOLLOW_UPS_LINGER_SECONDS``) before it takes its mark away and ends: in a burst of 300 successes a second, a task
 every three jobs, when the mark went as a task started, became one for the burst.
 
-The task (``relay.reports.follow_up.follow_ups_take``) takes the list a chunk at a time: it reads a chunk, follows
-each job up (``job_completed_follow_up``), then takes the chunk off the list, so a worker killed within a chunk leaves
-it to the next task (a follow-up is safe to run twice). One task takes the list at a time (a lock that expires with
-django-q2's task timeout, as does the mark while a task holds the lock); a task that finds the lock taken leaves
-the list to its holder, which looks at the list again after taking its mark away and letting the lock go. A task
-stops at half the task timeout and queues its continuation. A follow-up that raises is queued as a task of its own,
-where it fails as it did before, in django-q2's failures. The sweeper queues the task for a list that nothing is
-taking (``relay.reports.follow_up.follow_ups_resume``).
+The task (``relay.reports.follow_up.follow_ups_take``) takes the list a chunk at a time: it reads a chunk, follows each
+job up (``job_followed_up``, its jobs read twenty at a time), then takes the chunk off the list, so a worker killed
+within a chunk leaves it to the next task (a follow-up is safe to run twice). One task takes the list at a time (a lock
+that expires with django-q2's task timeout, as does the mark while a task holds the lock); a task that finds the lock
+taken leaves the list to its holder, which looks at the list again after taking its mark away and letting the lock go. A
+task stops at half the task timeout and queues its continuation. A follow-up that raises is queued as a task of its own,
+where it fails as it did before, in django-q2's failures. The sweeper queues the task for a list that nothing is taking
+(``relay.reports.follow_up.follow_ups_resume``).
 
 A failed, cancelled or timed-out job is still followed up by a task of its own: its follow-up waits on GitHub twice
 and classifies its log (about 20 ms of CPU against the hand-over's 1), and the workers take those side by side. So
