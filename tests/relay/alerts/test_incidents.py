@@ -251,6 +251,9 @@ def test_successes_followed_up_in_bulk_still_resolve_what_fires(
         assert tasks.job_follow_ups() == {"followed_up": 5}
     assert Incident.objects.get(fingerprint__startswith="baseline_failures:").state == "resolved"
     assert ("relay.tasks.pr_alerts", (greens[3].pk,)) in queued_tasks()  # the PR's incident, evaluated for its green
+    with django_capture_on_commit_callbacks(execute=True):
+        incidents.pr_alerts_evaluate(job_id=greens[3].pk)  # the task (its start takes the burst's mark away)
+    assert set(Incident.objects.values_list("state", flat=True)) == {"resolved"}
 
 
 @pytest.mark.django_db
